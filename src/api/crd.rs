@@ -1,0 +1,1 @@
+//! CRD schema types and generation (SPEC §1).

@@ -1,0 +1,44 @@
+//! Names, labels, annotations and finalizers shared with the rest of the Selenosis stack (SPEC §1.3).
+
+/// Finalizer the operator keeps on every Browser until its pod is gone.
+pub const FINALIZER: &str = "browserpod.selenosis.io/finalizer";
+/// Label carrying the Browser name, on the Browser and on its Pod.
+pub const LABEL_BROWSER: &str = "selenosis.io/browser";
+/// Label carrying `spec.browserName`.
+pub const LABEL_BROWSER_NAME: &str = "selenosis.io/browser.name";
+/// Label carrying `spec.browserVersion`.
+pub const LABEL_BROWSER_VERSION: &str = "selenosis.io/browser.version";
+/// Pod label the operator's pod watch selects on.
+pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+/// Value of [`LABEL_MANAGED_BY`] on the operator's pods.
+pub const MANAGER: &str = "browser-controller";
+/// Browser annotation with per-session options (SPEC §2.3); never copied to the pod.
+pub const ANNOTATION_OPTIONS: &str = "selenosis.io/options";
+/// Browser label set by the hub; copied to the pod like any Browser label.
+pub const LABEL_OWNER: &str = "selenosis.io/owner";
+/// Field manager of every server-side apply the operator sends.
+pub const FIELD_MANAGER: &str = "browser-controller";
+/// Name of the main container of a browser pod.
+pub const BROWSER_CONTAINER: &str = "browser";
+/// Name of the session proxy sidecar; critical like the browser container.
+pub const SELENIFEROUS_CONTAINER: &str = "seleniferous";
+/// Containers whose termination ends the session (SPEC §2.2).
+pub const CRITICAL_CONTAINERS: [&str; 2] = [BROWSER_CONTAINER, SELENIFEROUS_CONTAINER];
+
+/// Default API group of both kinds.
+pub const DEFAULT_GROUP: &str = "selenosis.io";
+/// API group of `Browser` in the split layout used by the selenosis Helm chart.
+pub const SPLIT_BROWSER_GROUP: &str = "browser.selenosis.io";
+/// API group of `BrowserConfig` in the split layout used by the selenosis Helm chart.
+pub const SPLIT_BROWSERCONFIG_GROUP: &str = "browserconfig.selenosis.io";
+/// The served version of both kinds.
+pub const VERSION: &str = "v1";
+/// Kind name of the session resource.
+pub const BROWSER_KIND: &str = "Browser";
+/// Kind name of the configuration resource.
+pub const BROWSERCONFIG_KIND: &str = "BrowserConfig";
+
+/// Label selector of the operator's pod watch.
+pub fn managed_pods_selector() -> String {
+    format!("{LABEL_MANAGED_BY}={MANAGER}")
+}

@@ -1,0 +1,5 @@
+//! The kinds the operator works with: well-known keys, CRD schema types and generation,
+//! and resolution of `ApiResource`s through discovery.
+
+pub mod crd;
+pub mod keys;

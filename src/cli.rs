@@ -1,0 +1,232 @@
+//! Command line: the operator's flags (each also read from an environment variable) and
+//! the `crds` and `render` subcommands (SPEC §6).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
+
+use crate::duration;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "browser-controller",
+    version,
+    about = "Runs Selenium-compatible browsers as ephemeral Pods for the Selenosis stack",
+    args_conflicts_with_subcommands = true
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Print the CustomResourceDefinitions (the files in crds/ are this output).
+    Crds(CrdsArgs),
+    /// Print the Pod a Browser would get from the given BrowserConfig(s); no cluster needed.
+    Render(RenderArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CrdsArgs {
+    /// Print the split-group layout of the selenosis Helm chart
+    /// (browser.selenosis.io / browserconfig.selenosis.io) instead of selenosis.io.
+    #[arg(long)]
+    pub split_groups: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct RenderArgs {
+    /// BrowserConfig file(s): YAML (multi-document) or JSON; repeat the flag for more files.
+    #[arg(long = "config", short = 'c', required = true, value_name = "FILE")]
+    pub configs: Vec<PathBuf>,
+    /// Browser file: YAML or JSON.
+    #[arg(long, short = 'b', value_name = "FILE")]
+    pub browser: PathBuf,
+    /// Output format of the Pod.
+    #[arg(long, short = 'o', value_enum, default_value_t = OutputFormat::Yaml)]
+    pub output: OutputFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    Yaml,
+    Json,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Flags of the operator itself (no subcommand).
+#[derive(Debug, Clone, Args)]
+pub struct RunArgs {
+    /// Address of the /metrics endpoint (`:8080` = all interfaces; `0` switches it off).
+    #[arg(long, env = "METRICS_ADDR", default_value = ":8080", value_parser = parse_addr)]
+    pub metrics_addr: ListenAddr,
+
+    /// Address of the /healthz and /readyz endpoints (`0` switches them off).
+    #[arg(long, env = "HEALTH_PROBE_BIND_ADDRESS", default_value = ":8081", value_parser = parse_addr)]
+    pub health_probe_bind_address: ListenAddr,
+
+    /// Elect a leader through a Lease so that only one replica reconciles.
+    #[arg(long, env = "ENABLE_LEADER_ELECTION", default_value_t = false, num_args = 0..=1,
+          default_missing_value = "true", action = ArgAction::Set)]
+    pub enable_leader_election: bool,
+
+    /// Namespace to watch; repeat (or comma-separate in the env var) for more. Default: all.
+    #[arg(long = "namespace", env = "WATCH_NAMESPACE", value_delimiter = ',')]
+    pub namespaces: Vec<String>,
+
+    /// Fail a Browser whose pod is still Pending after this long.
+    #[arg(long, env = "BROWSER_POD_CREATION_TIMEOUT", default_value = "5m", value_parser = duration::parse)]
+    pub browser_pod_creation_timeout: Duration,
+
+    /// Force-delete a pod still terminating this long after its deletion was requested.
+    #[arg(long, env = "BROWSER_POD_DELETION_TIMEOUT", default_value = "5m", value_parser = duration::parse)]
+    pub browser_pod_deletion_timeout: Duration,
+
+    /// End Browsers older than this (`0` or `off`: no limit).
+    #[arg(long, env = "BROWSER_MAX_LIFETIME", default_value = "off", value_parser = duration::parse_off)]
+    pub browser_max_lifetime: Duration,
+
+    /// Keep a Failed Browser visible this long before deleting it (`0`: delete on the next reconcile).
+    #[arg(long, env = "FAILED_BROWSER_RETENTION", default_value = "0", value_parser = duration::parse)]
+    pub failed_browser_retention: Duration,
+
+    /// Browsers reconciled at the same time.
+    #[arg(long, env = "MAX_WORKERS", default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..))]
+    pub max_workers: u16,
+
+    /// Log format.
+    #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
+    /// Log level or tracing filter (e.g. `info`, `browser_controller=debug`); RUST_LOG wins when set.
+    #[arg(long, env = "LOG_LEVEL", default_value = "info")]
+    pub log_level: String,
+
+    /// Pin the API group of the Browser kind (default: discovered, selenosis.io first).
+    #[arg(long, env = "BROWSER_API_GROUP")]
+    pub browser_api_group: Option<String>,
+
+    /// Pin the API group of the BrowserConfig kind (default: discovered, selenosis.io first).
+    #[arg(long, env = "BROWSERCONFIG_API_GROUP")]
+    pub browserconfig_api_group: Option<String>,
+}
+
+/// A listen address that may be switched off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ListenAddr(pub Option<SocketAddr>);
+
+/// Parses `:8080`, `0.0.0.0:8080`, `[::]:8080`; `0` means switched off.
+pub fn parse_addr(input: &str) -> Result<ListenAddr, String> {
+    let s = input.trim();
+    if s == "0" || s.is_empty() {
+        return Ok(ListenAddr(None));
+    }
+    let full = if s.starts_with(':') {
+        format!("0.0.0.0{s}")
+    } else {
+        s.to_string()
+    };
+    full.parse()
+        .map(|a| ListenAddr(Some(a)))
+        .map_err(|_| format!("invalid address {input:?}: expected e.g. :8080 or 127.0.0.1:8080"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("browser-controller").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn accepts_the_helm_chart_flags_unchanged() {
+        let cli = parse(&[
+            "--metrics-addr=:8080",
+            "--health-probe-bind-address=:8081",
+            "--enable-leader-election=false",
+        ])
+        .unwrap();
+        assert!(cli.command.is_none());
+        assert_eq!(
+            cli.run.metrics_addr,
+            ListenAddr(Some("0.0.0.0:8080".parse().unwrap()))
+        );
+        assert_eq!(
+            cli.run.health_probe_bind_address,
+            ListenAddr(Some("0.0.0.0:8081".parse().unwrap()))
+        );
+        assert_eq!(
+            parse(&["--metrics-addr=0"]).unwrap().run.metrics_addr,
+            ListenAddr(None)
+        );
+        assert!(!cli.run.enable_leader_election);
+        assert!(
+            parse(&["--enable-leader-election"])
+                .unwrap()
+                .run
+                .enable_leader_election
+        );
+    }
+
+    #[test]
+    fn defaults_match_the_spec() {
+        let run = parse(&[]).unwrap().run;
+        assert_eq!(run.browser_pod_creation_timeout, Duration::from_secs(300));
+        assert_eq!(run.browser_pod_deletion_timeout, Duration::from_secs(300));
+        assert_eq!(run.browser_max_lifetime, Duration::ZERO);
+        assert_eq!(run.failed_browser_retention, Duration::ZERO);
+        assert!(run.namespaces.is_empty());
+    }
+
+    #[test]
+    fn bad_durations_are_clear_errors() {
+        let err = parse(&["--browser-pod-creation-timeout=banana"]).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("--browser-pod-creation-timeout"), "{text}");
+        assert!(text.contains("banana"), "{text}");
+    }
+
+    #[test]
+    fn namespaces_repeat() {
+        let run = parse(&["--namespace=a", "--namespace", "b"]).unwrap().run;
+        assert_eq!(run.namespaces, ["a", "b"]);
+    }
+
+    #[test]
+    fn subcommands_parse() {
+        let cli = parse(&[
+            "render",
+            "--config",
+            "a.yaml",
+            "--config",
+            "b.yaml",
+            "--browser",
+            "b.yaml",
+            "-o",
+            "json",
+        ])
+        .unwrap();
+        match cli.command {
+            Some(Command::Render(r)) => {
+                assert_eq!(r.configs.len(), 2);
+                assert_eq!(r.output, OutputFormat::Json);
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        assert!(matches!(
+            parse(&["crds", "--split-groups"]).unwrap().command,
+            Some(Command::Crds(CrdsArgs { split_groups: true }))
+        ));
+    }
+}

@@ -1,0 +1,1 @@
+//! Lookup of SPEC §3.1.

@@ -1,0 +1,1 @@
+//! Merge rules of SPEC §3.3.

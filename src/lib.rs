@@ -1,0 +1,10 @@
+//! browser-controller: a Kubernetes operator that runs Selenium-compatible browsers as
+//! ephemeral Pods. The pure core (`config`, `pod`, `lifecycle`) decides; the edges
+//! (`controller`, `server`) talk to the API and the network.
+
+pub mod api;
+pub mod cli;
+pub mod config;
+pub mod duration;
+pub mod manifest;
+pub mod pod;

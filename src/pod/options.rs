@@ -1,0 +1,1 @@
+//! Options annotation of SPEC §2.3.

@@ -1,0 +1,1 @@
+//! Pod rendering of SPEC §2.1.
