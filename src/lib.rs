@@ -6,5 +6,6 @@ pub mod api;
 pub mod cli;
 pub mod config;
 pub mod duration;
+pub mod lifecycle;
 pub mod manifest;
 pub mod pod;

@@ -1,0 +1,948 @@
+//! The reconcile decision (SPEC §4): from the Browser, its Pod (or its confirmed absence),
+//! the outcome of rendering a pod for it, and the time, decide every write and when to look
+//! again. Nothing here talks to the API; `execute` performs the returned [`Plan`].
+
+use std::time::Duration;
+
+use jiff::{SignedDuration, Timestamp};
+use kube::api::DynamicObject;
+use serde_json::Value;
+
+use super::status::{self, Failure, StatusBuilder};
+use crate::api::keys;
+use crate::duration;
+
+/// Timeouts and retention of SPEC §6.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settings {
+    pub creation_timeout: Duration,
+    pub deletion_timeout: Duration,
+    pub max_lifetime: Option<Duration>,
+    pub failed_retention: Duration,
+    /// Safety net: a healthy Browser is looked at again after this long even without events.
+    pub resync: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            creation_timeout: Duration::from_secs(300),
+            deletion_timeout: Duration::from_secs(300),
+            max_lifetime: None,
+            failed_retention: Duration::ZERO,
+            resync: Duration::from_secs(3600),
+        }
+    }
+}
+
+/// How long to wait before looking at a foreign pod that is terminating again: such pods
+/// carry no label of ours, so no watch event announces their removal.
+const FOREIGN_POD_POLL: Duration = Duration::from_secs(1);
+
+/// The pod a Browser should get, or why it cannot get one (config not found, invalid
+/// options, invalid config).
+#[derive(Debug, Clone, PartialEq)]
+pub enum PodCreation {
+    Render(Value),
+    Fail(Failure),
+}
+
+/// How to delete the pod: always guarded by its UID.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodDelete {
+    pub uid: String,
+    /// `Some(0)` forces; `None` uses the pod's own grace period.
+    pub grace_seconds: Option<i64>,
+}
+
+/// An Event to record on the Browser (SPEC §4.4).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    pub warning: bool,
+    pub reason: String,
+    pub note: String,
+    pub action: &'static str,
+}
+
+/// Everything one reconcile writes, in execution order: metadata, pod, status, pod
+/// deletion, Browser deletion, finalizer release.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Plan {
+    /// Apply the finalizer and the `selenosis.io/browser*` labels in one write.
+    pub ensure_metadata: bool,
+    pub create_pod: Option<Value>,
+    /// The full desired status; `None` when what is there is already right.
+    pub status: Option<Value>,
+    pub delete_pod: Option<PodDelete>,
+    pub delete_browser: bool,
+    pub release_finalizer: bool,
+    pub events: Vec<Event>,
+    /// When to look again without an event (the next deadline).
+    pub requeue_after: Option<Duration>,
+}
+
+impl Plan {
+    fn requeue_at(&mut self, now: Timestamp, deadline: Timestamp) {
+        let wait = deadline.duration_since(now);
+        let wait = Duration::try_from(wait).unwrap_or(Duration::ZERO);
+        self.requeue_within(wait.max(Duration::from_millis(10)));
+    }
+
+    fn requeue_within(&mut self, wait: Duration) {
+        self.requeue_after = Some(match self.requeue_after {
+            Some(current) => current.min(wait),
+            None => wait,
+        });
+    }
+}
+
+/// The state a reconcile starts from. `pod: None` means the pod is confirmed absent.
+pub struct Observed<'a> {
+    pub browser: &'a DynamicObject,
+    pub pod: Option<&'a Value>,
+    pub now: Timestamp,
+}
+
+impl Observed<'_> {
+    fn status(&self) -> &Value {
+        self.browser.data.get("status").unwrap_or(&Value::Null)
+    }
+
+    fn phase(&self) -> Option<&str> {
+        self.status().get("phase").and_then(Value::as_str)
+    }
+
+    fn spec_str(&self, field: &str) -> Option<&str> {
+        self.browser
+            .data
+            .pointer(&format!("/spec/{field}"))
+            .and_then(Value::as_str)
+    }
+
+    fn has_finalizer(&self) -> bool {
+        self.browser
+            .metadata
+            .finalizers
+            .as_ref()
+            .is_some_and(|f| f.iter().any(|x| x == keys::FINALIZER))
+    }
+
+    fn created(&self) -> Timestamp {
+        self.browser
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map_or(self.now, |t| t.0)
+    }
+
+    fn builder(&self) -> StatusBuilder<'_> {
+        StatusBuilder::new(self.status(), self.now)
+    }
+
+    /// The pod, if it is controlled by this Browser (same UID).
+    fn owned_pod(&self) -> Option<&Value> {
+        let uid = self.browser.metadata.uid.as_deref()?;
+        self.pod.filter(|pod| controller_uid(pod) == Some(uid))
+    }
+
+    /// A pod was created for this Browser before: SPEC §4.1 step 3 forbids a second one.
+    fn had_pod(&self) -> bool {
+        let s = self.status();
+        matches!(
+            self.phase(),
+            Some(status::PENDING | status::RUNNING | status::UNKNOWN)
+        ) || s.get("podIP").is_some()
+            || s.get("startTime").is_some()
+    }
+
+    fn labels_ok(&self, name: &str, version: &str) -> bool {
+        let labels = self.browser.metadata.labels.as_ref();
+        let get = |k: &str| labels.and_then(|l| l.get(k)).map(String::as_str);
+        get(keys::LABEL_BROWSER) == self.browser.metadata.name.as_deref()
+            && get(keys::LABEL_BROWSER_NAME) == Some(name)
+            && get(keys::LABEL_BROWSER_VERSION) == Some(version)
+    }
+}
+
+/// The UID of the pod's controller owner reference.
+pub fn controller_uid(pod: &Value) -> Option<&str> {
+    pod.pointer("/metadata/ownerReferences")?
+        .as_array()?
+        .iter()
+        .find(|r| r.get("controller").and_then(Value::as_bool) == Some(true))?
+        .get("uid")?
+        .as_str()
+}
+
+fn is_terminating(object: &Value) -> bool {
+    object.pointer("/metadata/deletionTimestamp").is_some()
+}
+
+fn after(t: Timestamp, d: Duration) -> Timestamp {
+    SignedDuration::try_from(d)
+        .ok()
+        .and_then(|d| t.checked_add(d).ok())
+        .unwrap_or(Timestamp::MAX)
+}
+
+fn pod_uid(pod: &Value) -> String {
+    pod.pointer("/metadata/uid")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// A label value as Kubernetes accepts it (the Browser's spec becomes pod labels).
+fn is_label_value(v: &str) -> bool {
+    v.len() <= 63
+        && (v.is_empty()
+            || (v.starts_with(|c: char| c.is_ascii_alphanumeric())
+                && v.ends_with(|c: char| c.is_ascii_alphanumeric())
+                && v.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))))
+}
+
+/// Decides one reconcile. `creation` is called only when the Browser needs its pod now.
+pub fn decide(obs: &Observed, settings: &Settings, creation: impl FnOnce() -> PodCreation) -> Plan {
+    if obs.browser.metadata.deletion_timestamp.is_some() {
+        return deleting(obs, settings);
+    }
+    if matches!(obs.phase(), Some(status::FAILED | status::SUCCEEDED)) {
+        return terminal(obs, settings);
+    }
+    let mut plan = Plan::default();
+    let (name, version) = match (obs.spec_str("browserName"), obs.spec_str("browserVersion")) {
+        (Some(n), Some(v))
+            if !n.is_empty() && !v.is_empty() && is_label_value(n) && is_label_value(v) =>
+        {
+            (n, v)
+        }
+        _ => {
+            let failure = Failure::new(
+                "InvalidSpec",
+                "spec.browserName and spec.browserVersion must be non-empty label values (at most 63 characters: letters, digits, '-', '_', '.')",
+            );
+            fail(&mut plan, obs, settings, failure, Some(0));
+            return plan;
+        }
+    };
+    plan.ensure_metadata = !obs.has_finalizer() || !obs.labels_ok(name, version);
+
+    if let Some(max) = settings.max_lifetime {
+        let deadline = after(obs.created(), max);
+        if obs.now >= deadline {
+            let failure = Failure::new(
+                "LifetimeExceeded",
+                format!(
+                    "browser exceeded its maximum lifetime of {}",
+                    duration::format(max)
+                ),
+            );
+            fail(&mut plan, obs, settings, failure, None);
+            return plan;
+        }
+        plan.requeue_at(obs.now, deadline);
+    }
+
+    match obs.pod {
+        None if obs.had_pod() => {
+            let failure = Failure::new(
+                "PodLost",
+                "pod disappeared after it was created; a browser pod is never recreated because the session is bound to its IP",
+            );
+            fail(&mut plan, obs, settings, failure, None);
+        }
+        None => match creation() {
+            PodCreation::Render(pod) => {
+                let image = pod
+                    .pointer("/spec/containers/0/image")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string();
+                plan.create_pod = Some(pod);
+                set_status(&mut plan, obs, obs.builder().created());
+                plan.events.push(Event {
+                    warning: false,
+                    reason: "PodCreated".into(),
+                    note: format!("created pod with image {image}"),
+                    action: "CreatePod",
+                });
+                plan.requeue_at(obs.now, after(obs.now, settings.creation_timeout));
+            }
+            PodCreation::Fail(failure) => fail(&mut plan, obs, settings, failure, None),
+        },
+        Some(pod) if obs.owned_pod().is_none() => foreign_pod(&mut plan, obs, settings, pod),
+        Some(pod) => owned_pod(&mut plan, obs, settings, pod),
+    }
+    plan.requeue_within(settings.resync);
+    plan
+}
+
+fn foreign_pod(plan: &mut Plan, obs: &Observed, settings: &Settings, pod: &Value) {
+    let name = obs.browser.metadata.name.as_deref().unwrap_or_default();
+    if is_terminating(pod) {
+        let deadline = after(obs.created(), settings.creation_timeout);
+        if obs.now < deadline {
+            plan.requeue_within(FOREIGN_POD_POLL);
+            return;
+        }
+        let failure = Failure::new(
+            "PodCreationTimeout",
+            format!(
+                "pod creation timeout exceeded after {}, pod name {name} is held by a terminating pod this Browser does not control",
+                duration::format(settings.creation_timeout)
+            ),
+        );
+        fail(plan, obs, settings, failure, None);
+        return;
+    }
+    let owner = pod
+        .pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .and_then(|refs| {
+            refs.iter()
+                .find(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
+        })
+        .map(|r| {
+            format!(
+                "{}/{}",
+                r.get("kind").and_then(Value::as_str).unwrap_or("?"),
+                r.get("name").and_then(Value::as_str).unwrap_or("?")
+            )
+        })
+        .unwrap_or_else(|| "none".into());
+    let failure = Failure::new(
+        "PodConflict",
+        format!(
+            "pod {name} already exists and is not controlled by this Browser (controller: {owner}); it is left untouched"
+        ),
+    );
+    fail(plan, obs, settings, failure, None);
+}
+
+fn owned_pod(plan: &mut Plan, obs: &Observed, settings: &Settings, pod: &Value) {
+    if is_terminating(pod) {
+        let failure = Failure::new(
+            "PodDeleted",
+            "pod was deleted while the browser session was alive",
+        );
+        fail(plan, obs, settings, failure, None);
+        return;
+    }
+    match status::pod_phase(pod) {
+        status::FAILED => fail(plan, obs, settings, status::pod_failure(pod), Some(0)),
+        status::SUCCEEDED => {
+            let desired = obs.builder().succeeded(pod);
+            set_status(plan, obs, desired);
+            plan.delete_pod = Some(PodDelete {
+                uid: pod_uid(pod),
+                grace_seconds: None,
+            });
+            plan.events.push(Event {
+                warning: false,
+                reason: "Succeeded".into(),
+                note: "pod completed; deleting it".into(),
+                action: "DeletePod",
+            });
+        }
+        status::RUNNING if status::pod_ip(pod).is_some() => {
+            if let Some(failure) = status::critical_termination(pod) {
+                fail(plan, obs, settings, failure, None);
+                return;
+            }
+            let desired = obs.builder().mirror(pod);
+            if obs.phase() != Some(status::RUNNING) {
+                plan.events.push(Event {
+                    warning: false,
+                    reason: "Running".into(),
+                    note: format!("pod running at {}", status::pod_ip(pod).unwrap_or_default()),
+                    action: "ObservePod",
+                });
+            }
+            set_status(plan, obs, desired);
+        }
+        status::PENDING | status::RUNNING => {
+            if let Some(failure) = status::pending_failure(pod) {
+                fail(plan, obs, settings, failure, Some(0));
+                return;
+            }
+            let started = status::created_at(pod).unwrap_or_else(|| obs.created());
+            let deadline = after(started, settings.creation_timeout);
+            if obs.now >= deadline {
+                let failure = Failure::new(
+                    "PodCreationTimeout",
+                    format!(
+                        "pod creation timeout exceeded after {}, {}",
+                        duration::format(settings.creation_timeout),
+                        status::pending_detail(pod)
+                    ),
+                );
+                fail(plan, obs, settings, failure, Some(0));
+                return;
+            }
+            set_status(plan, obs, obs.builder().mirror(pod));
+            plan.requeue_at(obs.now, deadline);
+        }
+        _ => set_status(plan, obs, obs.builder().mirror(pod)),
+    }
+}
+
+/// SPEC §4.2: write `Failed` with reason and message first, then delete the pod we control
+/// (never a foreign one, never one already terminating).
+fn fail(
+    plan: &mut Plan,
+    obs: &Observed,
+    settings: &Settings,
+    failure: Failure,
+    grace_seconds: Option<i64>,
+) {
+    let pod = obs.owned_pod();
+    let desired = obs.builder().failed(pod, &failure);
+    set_status(plan, obs, desired);
+    if let Some(pod) = pod.filter(|p| !is_terminating(p)) {
+        plan.delete_pod = Some(PodDelete {
+            uid: pod_uid(pod),
+            grace_seconds,
+        });
+    }
+    plan.events.push(Event {
+        warning: true,
+        reason: failure.reason,
+        note: failure.message,
+        action: "Fail",
+    });
+    // The status write wakes the next reconcile; this only covers a lost event.
+    plan.requeue_after = Some(settings.failed_retention.max(Duration::from_secs(1)));
+}
+
+fn set_status(plan: &mut Plan, obs: &Observed, desired: Value) {
+    if status::needs_write(obs.status(), &desired) {
+        plan.status = Some(desired);
+    }
+}
+
+/// A Browser already `Failed` or `Succeeded`: make sure the pod goes, keep the Browser
+/// visible for the retention, then delete it and release the finalizer.
+fn terminal(obs: &Observed, settings: &Settings) -> Plan {
+    let mut plan = Plan::default();
+    if let Some(pod) = obs.owned_pod() {
+        match status::deletion_requested_at(pod) {
+            None => {
+                plan.delete_pod = Some(PodDelete {
+                    uid: pod_uid(pod),
+                    grace_seconds: Some(0),
+                });
+            }
+            Some(requested) if obs.now >= after(requested, settings.deletion_timeout) => {
+                plan.delete_pod = Some(PodDelete {
+                    uid: pod_uid(pod),
+                    grace_seconds: Some(0),
+                });
+            }
+            // Already terminating within its grace period: the kubelet finishes it.
+            Some(_) => {}
+        }
+    }
+    let since = status::ready_since(obs.status()).unwrap_or_else(|| obs.created());
+    let keep_until = after(since, settings.failed_retention);
+    if obs.now < keep_until {
+        plan.requeue_at(obs.now, keep_until);
+        return plan;
+    }
+    plan.delete_browser = true;
+    plan.release_finalizer = obs.has_finalizer();
+    plan
+}
+
+/// The Browser is being deleted (SPEC §4.2): delete the pod with its grace period, wait
+/// for it to go (force after `--browser-pod-deletion-timeout`), then release the finalizer.
+fn deleting(obs: &Observed, settings: &Settings) -> Plan {
+    let mut plan = Plan::default();
+    if !obs.has_finalizer() {
+        return plan;
+    }
+    let Some(pod) = obs.owned_pod() else {
+        plan.release_finalizer = true;
+        return plan;
+    };
+    match status::deletion_requested_at(pod) {
+        None => {
+            plan.delete_pod = Some(PodDelete {
+                uid: pod_uid(pod),
+                grace_seconds: None,
+            });
+            plan.events.push(Event {
+                warning: false,
+                reason: "DeletingPod".into(),
+                note: "Browser deleted; deleting its pod".into(),
+                action: "DeletePod",
+            });
+            plan.requeue_at(obs.now, after(obs.now, settings.deletion_timeout));
+        }
+        Some(requested) => {
+            let deadline = after(requested, settings.deletion_timeout);
+            if obs.now >= deadline {
+                plan.delete_pod = Some(PodDelete {
+                    uid: pod_uid(pod),
+                    grace_seconds: Some(0),
+                });
+                plan.release_finalizer = true;
+                plan.events.push(Event {
+                    warning: true,
+                    reason: "PodDeletionTimeout".into(),
+                    note: format!(
+                        "pod still terminating {} after its deletion was requested; force-deleted",
+                        duration::format(settings.deletion_timeout)
+                    ),
+                    action: "DeletePod",
+                });
+            } else {
+                plan.requeue_at(obs.now, deadline);
+            }
+        }
+    }
+    plan
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const UID: &str = "b-uid";
+
+    fn t(s: &str) -> Timestamp {
+        s.parse().unwrap()
+    }
+
+    fn browser(extra_meta: Value, status: Value) -> DynamicObject {
+        let mut meta = json!({
+            "name": "s1", "namespace": "ns", "uid": UID,
+            "creationTimestamp": "2026-11-22T10:00:00Z",
+            "finalizers": [keys::FINALIZER],
+            "labels": {"selenosis.io/browser": "s1", "selenosis.io/browser.name": "chrome", "selenosis.io/browser.version": "139.0"},
+        });
+        for (k, v) in extra_meta.as_object().cloned().unwrap_or_default() {
+            if v.is_null() {
+                meta.as_object_mut().unwrap().remove(&k);
+            } else {
+                meta[k] = v;
+            }
+        }
+        serde_json::from_value(json!({
+            "apiVersion": "selenosis.io/v1", "kind": "Browser",
+            "metadata": meta,
+            "spec": {"browserName": "chrome", "browserVersion": "139.0"},
+            "status": status,
+        }))
+        .unwrap()
+    }
+
+    fn pod(owner_uid: &str, meta: Value, status: Value) -> Value {
+        let mut p = json!({
+            "metadata": {"name": "s1", "uid": "p-uid", "creationTimestamp": "2026-11-22T10:00:01Z",
+                "ownerReferences": [{"kind": "Browser", "name": "s1", "uid": owner_uid, "controller": true}]},
+            "spec": {"nodeName": "n1", "containers": [{"name": "browser", "image": "chrome"}, {"name": "seleniferous", "image": "s"}]},
+            "status": status,
+        });
+        for (k, v) in meta.as_object().cloned().unwrap_or_default() {
+            p["metadata"][k] = v;
+        }
+        p
+    }
+
+    fn rendered() -> PodCreation {
+        PodCreation::Render(
+            json!({"spec": {"containers": [{"name": "browser", "image": "chrome:139"}]}}),
+        )
+    }
+
+    fn run(b: &DynamicObject, p: Option<&Value>, now: &str, settings: &Settings) -> Plan {
+        decide(
+            &Observed {
+                browser: b,
+                pod: p,
+                now: t(now),
+            },
+            settings,
+            rendered,
+        )
+    }
+
+    fn no_creation() -> PodCreation {
+        panic!("creation must not be asked for")
+    }
+
+    #[test]
+    fn new_browser_gets_metadata_pod_and_pending_in_one_reconcile() {
+        let b = browser(json!({"finalizers": null, "labels": null}), Value::Null);
+        let plan = run(&b, None, "2026-11-22T10:00:00Z", &Settings::default());
+        assert!(plan.ensure_metadata);
+        assert!(plan.create_pod.is_some());
+        assert_eq!(plan.status.as_ref().unwrap()["phase"], "Pending");
+        assert_eq!(plan.events[0].reason, "PodCreated");
+        assert_eq!(plan.requeue_after, Some(Duration::from_secs(300)));
+    }
+
+    #[test]
+    fn config_failures_fail_without_a_pod() {
+        let b = browser(json!({}), Value::Null);
+        let plan = decide(
+            &Observed {
+                browser: &b,
+                pod: None,
+                now: t("2026-11-22T10:00:00Z"),
+            },
+            &Settings::default(),
+            || {
+                PodCreation::Fail(Failure::new(
+                    "ConfigNotFound",
+                    "Browser configuration not found",
+                ))
+            },
+        );
+        let s = plan.status.unwrap();
+        assert_eq!(
+            (s["phase"].as_str(), s["reason"].as_str()),
+            (Some("Failed"), Some("ConfigNotFound"))
+        );
+        assert!(plan.create_pod.is_none() && plan.delete_pod.is_none());
+        assert!(plan.events[0].warning);
+    }
+
+    #[test]
+    fn a_lost_pod_is_never_recreated() {
+        let b = browser(json!({}), json!({"phase": "Running", "podIP": "10.0.0.1"}));
+        let plan = decide(
+            &Observed {
+                browser: &b,
+                pod: None,
+                now: t("2026-11-22T10:01:00Z"),
+            },
+            &Settings::default(),
+            no_creation,
+        );
+        assert_eq!(plan.status.unwrap()["reason"], "PodLost");
+        assert!(plan.create_pod.is_none());
+        let b = browser(json!({}), json!({"phase": "Pending"}));
+        let plan = decide(
+            &Observed {
+                browser: &b,
+                pod: None,
+                now: t("2026-11-22T10:01:00Z"),
+            },
+            &Settings::default(),
+            no_creation,
+        );
+        assert_eq!(plan.status.unwrap()["reason"], "PodLost");
+    }
+
+    #[test]
+    fn a_live_foreign_pod_is_a_conflict_and_is_never_touched() {
+        let b = browser(json!({}), Value::Null);
+        let p = pod(
+            "someone-else",
+            json!({}),
+            json!({"phase": "Running", "podIP": "10.0.0.9"}),
+        );
+        let plan = run(&b, Some(&p), "2026-11-22T10:00:01Z", &Settings::default());
+        let s = plan.status.unwrap();
+        assert_eq!(s["reason"], "PodConflict");
+        assert!(s["message"].as_str().unwrap().contains("Browser/s1"));
+        assert!(
+            s.get("podIP").is_none(),
+            "a foreign pod's IP must not be published"
+        );
+        assert_eq!(plan.delete_pod, None);
+    }
+
+    #[test]
+    fn a_terminating_foreign_pod_is_waited_for_within_the_creation_timeout() {
+        let b = browser(json!({}), Value::Null);
+        let p = pod(
+            "someone-else",
+            json!({"deletionTimestamp": "2026-11-22T10:00:30Z"}),
+            json!({}),
+        );
+        let plan = run(&b, Some(&p), "2026-11-22T10:00:01Z", &Settings::default());
+        assert_eq!(plan.status, None);
+        assert_eq!(plan.requeue_after, Some(FOREIGN_POD_POLL));
+        let plan = run(&b, Some(&p), "2026-11-22T10:05:00Z", &Settings::default());
+        assert_eq!(plan.status.unwrap()["reason"], "PodCreationTimeout");
+        assert_eq!(plan.delete_pod, None);
+    }
+
+    #[test]
+    fn running_pod_publishes_ip_and_phase_together() {
+        let b = browser(json!({}), json!({"phase": "Pending"}));
+        let p = pod(
+            UID,
+            json!({}),
+            json!({"phase": "Running", "podIP": "10.0.0.1"}),
+        );
+        let plan = run(&b, Some(&p), "2026-11-22T10:00:05Z", &Settings::default());
+        let s = plan.status.unwrap();
+        assert_eq!(
+            (s["phase"].as_str(), s["podIP"].as_str()),
+            (Some("Running"), Some("10.0.0.1"))
+        );
+        assert_eq!(plan.events[0].reason, "Running");
+        assert_eq!(plan.requeue_after, Some(Settings::default().resync));
+    }
+
+    #[test]
+    fn unchanged_pod_means_no_write() {
+        let p = pod(
+            UID,
+            json!({}),
+            json!({"phase": "Running", "podIP": "10.0.0.1"}),
+        );
+        let first = run(
+            &browser(json!({}), json!({"phase": "Pending"})),
+            Some(&p),
+            "2026-11-22T10:00:05Z",
+            &Settings::default(),
+        );
+        let b = browser(json!({}), first.status.unwrap());
+        let plan = run(&b, Some(&p), "2026-11-22T10:30:00Z", &Settings::default());
+        assert_eq!(plan.status, None);
+        assert!(!plan.ensure_metadata && plan.events.is_empty() && plan.delete_pod.is_none());
+    }
+
+    #[test]
+    fn pending_timeout_force_deletes_with_the_waiting_reason() {
+        let b = browser(json!({}), json!({"phase": "Pending"}));
+        let p = pod(
+            UID,
+            json!({}),
+            json!({"phase": "Pending", "containerStatuses": [
+                {"name": "browser", "state": {"waiting": {"reason": "ContainerCreating"}}, "restartCount": 0}
+            ]}),
+        );
+        let plan = run(&b, Some(&p), "2026-11-22T10:04:00Z", &Settings::default());
+        assert_eq!(plan.status, None);
+        assert_eq!(plan.requeue_after, Some(Duration::from_secs(61)));
+        let plan = run(&b, Some(&p), "2026-11-22T10:05:01Z", &Settings::default());
+        assert_eq!(
+            plan.status.unwrap()["message"],
+            "pod creation timeout exceeded after 5m0s, container browser: ContainerCreating"
+        );
+        assert_eq!(
+            plan.delete_pod,
+            Some(PodDelete {
+                uid: "p-uid".into(),
+                grace_seconds: Some(0)
+            })
+        );
+    }
+
+    #[test]
+    fn pending_container_failures_force_delete() {
+        let b = browser(json!({}), json!({"phase": "Pending"}));
+        let p = pod(
+            UID,
+            json!({}),
+            json!({"phase": "Pending", "containerStatuses": [
+                {"name": "browser", "state": {"waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling image"}}, "restartCount": 0}
+            ]}),
+        );
+        let plan = run(&b, Some(&p), "2026-11-22T10:00:10Z", &Settings::default());
+        assert_eq!(plan.status.unwrap()["reason"], "ImagePullBackOff");
+        assert_eq!(plan.delete_pod.unwrap().grace_seconds, Some(0));
+    }
+
+    #[test]
+    fn pod_failed_phase_uses_the_pod_reason() {
+        let b = browser(json!({}), json!({"phase": "Running", "podIP": "10.0.0.1"}));
+        let p = pod(
+            UID,
+            json!({}),
+            json!({"phase": "Failed", "reason": "Evicted", "message": "The node was low on resource: memory."}),
+        );
+        let plan = run(&b, Some(&p), "2026-11-22T10:10:00Z", &Settings::default());
+        let s = plan.status.unwrap();
+        assert_eq!(s["reason"], "Evicted");
+        assert_eq!(
+            s["message"],
+            "pod has failed with reason: Evicted - The node was low on resource: memory."
+        );
+        assert_eq!(plan.delete_pod.unwrap().grace_seconds, Some(0));
+    }
+
+    #[test]
+    fn session_end_deletes_the_pod_gracefully() {
+        let b = browser(json!({}), json!({"phase": "Running", "podIP": "10.0.0.1"}));
+        let p = pod(
+            UID,
+            json!({}),
+            json!({"phase": "Running", "podIP": "10.0.0.1", "containerStatuses": [
+                {"name": "seleniferous", "state": {"terminated": {"reason": "Completed", "exitCode": 0}}, "restartCount": 0}
+            ]}),
+        );
+        let plan = run(&b, Some(&p), "2026-11-22T10:10:00Z", &Settings::default());
+        let s = plan.status.unwrap();
+        assert_eq!(s["reason"], "ContainerTerminated");
+        assert_eq!(s["podIP"], "10.0.0.1");
+        assert_eq!(plan.delete_pod.unwrap().grace_seconds, None);
+    }
+
+    #[test]
+    fn succeeded_pod_makes_a_succeeded_browser() {
+        let b = browser(json!({}), json!({"phase": "Running", "podIP": "10.0.0.1"}));
+        let p = pod(
+            UID,
+            json!({}),
+            json!({"phase": "Succeeded", "podIP": "10.0.0.1"}),
+        );
+        let plan = run(&b, Some(&p), "2026-11-22T10:10:00Z", &Settings::default());
+        assert_eq!(plan.status.unwrap()["phase"], "Succeeded");
+        assert!(plan.delete_pod.is_some());
+    }
+
+    #[test]
+    fn pod_deleted_under_a_live_browser_fails_it_without_another_delete() {
+        let b = browser(json!({}), json!({"phase": "Running", "podIP": "10.0.0.1"}));
+        let p = pod(
+            UID,
+            json!({"deletionTimestamp": "2026-11-22T10:10:30Z", "deletionGracePeriodSeconds": 30}),
+            json!({"phase": "Running", "podIP": "10.0.0.1"}),
+        );
+        let plan = run(&b, Some(&p), "2026-11-22T10:10:00Z", &Settings::default());
+        assert_eq!(plan.status.unwrap()["reason"], "PodDeleted");
+        assert_eq!(plan.delete_pod, None);
+    }
+
+    #[test]
+    fn failed_browser_is_deleted_after_retention_and_its_pod_forced() {
+        let failed = json!({"phase": "Failed", "reason": "X", "conditions": [
+            {"type": "Ready", "status": "False", "reason": "X", "lastTransitionTime": "2026-11-22T10:00:10Z"}
+        ]});
+        let b = browser(json!({}), failed);
+        let p = pod(UID, json!({}), json!({"phase": "Running"}));
+        let settings = Settings {
+            failed_retention: Duration::from_secs(60),
+            ..Settings::default()
+        };
+        let plan = run(&b, Some(&p), "2026-11-22T10:00:20Z", &settings);
+        assert_eq!(plan.delete_pod.unwrap().grace_seconds, Some(0));
+        assert!(!plan.delete_browser);
+        assert_eq!(plan.requeue_after, Some(Duration::from_secs(50)));
+        let plan = run(&b, None, "2026-11-22T10:01:10Z", &settings);
+        assert!(plan.delete_browser && plan.release_finalizer);
+        assert_eq!(plan.status, None);
+    }
+
+    #[test]
+    fn failed_browser_does_not_cut_a_graceful_pod_deletion_short() {
+        let b = browser(
+            json!({}),
+            json!({"phase": "Failed", "reason": "ContainerTerminated"}),
+        );
+        let p = pod(
+            UID,
+            json!({"deletionTimestamp": "2026-11-22T10:00:40Z", "deletionGracePeriodSeconds": 30}),
+            json!({}),
+        );
+        let plan = run(&b, Some(&p), "2026-11-22T10:00:20Z", &Settings::default());
+        assert_eq!(plan.delete_pod, None);
+        assert!(plan.delete_browser && plan.release_finalizer);
+    }
+
+    #[test]
+    fn external_delete_waits_for_the_pod_then_releases() {
+        let b = browser(
+            json!({"deletionTimestamp": "2026-11-22T10:01:00Z"}),
+            json!({"phase": "Running"}),
+        );
+        let p = pod(UID, json!({}), json!({"phase": "Running"}));
+        let plan = run(&b, Some(&p), "2026-11-22T10:01:00Z", &Settings::default());
+        assert_eq!(
+            plan.delete_pod,
+            Some(PodDelete {
+                uid: "p-uid".into(),
+                grace_seconds: None
+            })
+        );
+        assert!(!plan.release_finalizer);
+        let p = pod(
+            UID,
+            json!({"deletionTimestamp": "2026-11-22T10:01:30Z", "deletionGracePeriodSeconds": 30}),
+            json!({}),
+        );
+        let plan = run(&b, Some(&p), "2026-11-22T10:01:10Z", &Settings::default());
+        assert_eq!(plan.delete_pod, None);
+        assert!(!plan.release_finalizer);
+        assert_eq!(plan.requeue_after, Some(Duration::from_secs(290)));
+        let plan = run(&b, None, "2026-11-22T10:01:20Z", &Settings::default());
+        assert!(plan.release_finalizer && !plan.delete_browser);
+    }
+
+    #[test]
+    fn stuck_terminating_pod_is_forced_and_the_finalizer_released() {
+        let b = browser(
+            json!({"deletionTimestamp": "2026-11-22T10:01:00Z"}),
+            json!({}),
+        );
+        let p = pod(
+            UID,
+            json!({"deletionTimestamp": "2026-11-22T10:01:30Z", "deletionGracePeriodSeconds": 30}),
+            json!({}),
+        );
+        let plan = run(&b, Some(&p), "2026-11-22T10:06:01Z", &Settings::default());
+        assert_eq!(plan.delete_pod.unwrap().grace_seconds, Some(0));
+        assert!(plan.release_finalizer);
+    }
+
+    #[test]
+    fn deleting_browser_never_touches_a_foreign_pod() {
+        let b = browser(
+            json!({"deletionTimestamp": "2026-11-22T10:01:00Z"}),
+            json!({}),
+        );
+        let p = pod("other", json!({}), json!({}));
+        let plan = run(&b, Some(&p), "2026-11-22T10:01:00Z", &Settings::default());
+        assert_eq!(plan.delete_pod, None);
+        assert!(plan.release_finalizer);
+    }
+
+    #[test]
+    fn lifetime_exceeded_ends_the_session() {
+        let b = browser(json!({}), json!({"phase": "Running", "podIP": "10.0.0.1"}));
+        let p = pod(
+            UID,
+            json!({}),
+            json!({"phase": "Running", "podIP": "10.0.0.1"}),
+        );
+        let settings = Settings {
+            max_lifetime: Some(Duration::from_secs(3600)),
+            ..Settings::default()
+        };
+        let plan = run(&b, Some(&p), "2026-11-22T10:30:00Z", &settings);
+        assert_eq!(plan.requeue_after, Some(Duration::from_secs(1800)));
+        let plan = run(&b, Some(&p), "2026-11-22T11:00:00Z", &settings);
+        let s = plan.status.unwrap();
+        assert_eq!(s["reason"], "LifetimeExceeded");
+        assert_eq!(
+            s["message"],
+            "browser exceeded its maximum lifetime of 1h0m0s"
+        );
+        assert_eq!(plan.delete_pod.unwrap().grace_seconds, None);
+    }
+
+    #[test]
+    fn invalid_spec_fails_before_any_write_to_labels() {
+        let mut b = browser(json!({"finalizers": null}), Value::Null);
+        b.data["spec"]["browserVersion"] = json!("not a label!");
+        let plan = decide(
+            &Observed {
+                browser: &b,
+                pod: None,
+                now: t("2026-11-22T10:00:00Z"),
+            },
+            &Settings::default(),
+            no_creation,
+        );
+        assert!(!plan.ensure_metadata);
+        assert_eq!(plan.status.unwrap()["reason"], "InvalidSpec");
+    }
+}

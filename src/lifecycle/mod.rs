@@ -1,0 +1,5 @@
+//! The Browser lifecycle (SPEC §4): status derivation and the reconcile decision are pure;
+//! `execute` performs a decided plan against the API.
+
+pub mod decide;
+pub mod status;
