@@ -415,6 +415,13 @@ fn fail(
     plan.requeue_after = Some(settings.failed_retention.max(Duration::from_secs(1)));
 }
 
+/// The plan after the API rejected the pod create for good (403, 422): fail the Browser.
+pub fn create_rejected(obs: &Observed, settings: &Settings, failure: Failure) -> Plan {
+    let mut plan = Plan::default();
+    fail(&mut plan, obs, settings, failure, None);
+    plan
+}
+
 fn set_status(plan: &mut Plan, obs: &Observed, desired: Value) {
     if status::needs_write(obs.status(), &desired) {
         plan.status = Some(desired);

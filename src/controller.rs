@@ -1,0 +1,563 @@
+//! Watches, stores, triggers and concurrency: the kube-runtime pipeline that feeds the pure
+//! decision (`lifecycle::decide`) and runs its plans (`lifecycle::execute`).
+//!
+//! Per watched scope (all namespaces, or each `--namespace`) one Controller runs over:
+//! a Browser reflector (the trigger), a Pod reflector selected by the operator's label,
+//! and a BrowserConfig reflector whose readiness gates reconciles. `managedFields` are
+//! stripped before objects enter a store.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::{Future, StreamExt};
+use jiff::Timestamp;
+use kube::api::{Api, DynamicObject};
+use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, Resource, ResourceExt};
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tracing::{Instrument, debug, info, info_span, warn};
+
+use crate::api::discovery::Kinds;
+use crate::api::keys;
+use crate::lifecycle::decide::{self, Event, Observed, Settings};
+use crate::lifecycle::desired;
+use crate::lifecycle::execute::{ExecuteError, Target, to_runtime_event};
+use crate::metrics::Metrics;
+
+/// Why a reconcile failed; it is retried with per-object exponential backoff.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    #[error(transparent)]
+    Execute(#[from] ExecuteError),
+    #[error("reading pod {name}: {source}")]
+    ReadPod {
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("the {0} cache was closed")]
+    StoreClosed(&'static str),
+}
+
+impl ReconcileError {
+    fn kind(&self) -> &'static str {
+        match self {
+            ReconcileError::Execute(_) => "write",
+            ReconcileError::ReadPod { .. } => "read",
+            ReconcileError::StoreClosed(_) => "store",
+        }
+    }
+}
+
+/// What every scope shares: the client, kinds, settings, metrics and the event sink.
+pub struct Shared {
+    pub client: Client,
+    pub kinds: Kinds,
+    pub settings: Settings,
+    pub max_workers: u16,
+    pub metrics: Arc<Metrics>,
+    events: mpsc::Sender<(Event, k8s_openapi::api::core::v1::ObjectReference)>,
+    ready: Mutex<Vec<Arc<AtomicBool>>>,
+}
+
+/// Events are published by a background task so that a reconcile never waits on them.
+const EVENT_QUEUE: usize = 4096;
+
+impl Shared {
+    /// Creates the shared state and spawns the event publisher.
+    pub fn new(
+        client: Client,
+        kinds: Kinds,
+        settings: Settings,
+        max_workers: u16,
+        metrics: Arc<Metrics>,
+        instance: String,
+    ) -> Arc<Self> {
+        let (events, mut rx) =
+            mpsc::channel::<(Event, k8s_openapi::api::core::v1::ObjectReference)>(EVENT_QUEUE);
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: keys::MANAGER.into(),
+                instance: Some(instance),
+            },
+        );
+        let publisher_metrics = metrics.clone();
+        tokio::spawn(async move {
+            while let Some((event, reference)) = rx.recv().await {
+                publisher_metrics.write("create", "events");
+                if let Err(e) = recorder.publish(&to_runtime_event(&event), &reference).await {
+                    debug!(error = %e, reason = %event.reason, "publishing event failed");
+                }
+            }
+        });
+        Arc::new(Self {
+            client,
+            kinds,
+            settings,
+            max_workers,
+            metrics,
+            events,
+            ready: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// True once every scope's stores have completed their first list.
+    pub fn is_ready(&self) -> bool {
+        let flags = self.ready.lock().unwrap_or_else(|e| e.into_inner());
+        !flags.is_empty() && flags.iter().all(|f| f.load(Ordering::Relaxed))
+    }
+
+    fn register_scope(&self) -> Arc<AtomicBool> {
+        let flag = Arc::new(AtomicBool::new(false));
+        self.ready
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(flag.clone());
+        flag
+    }
+}
+
+/// The newest state of an object the operator itself wrote, kept until the cache catches
+/// up, so that a reconcile triggered by another object's event never acts on a stale copy
+/// (which would repeat a write).
+#[derive(Clone)]
+enum Known {
+    Object(Arc<DynamicObject>),
+    Deleted { uid: String },
+}
+
+#[derive(Default)]
+struct Fresher {
+    entries: Mutex<HashMap<(bool, String, String), Known>>,
+}
+
+fn rv(object: &DynamicObject) -> Option<u64> {
+    object.metadata.resource_version.as_deref()?.parse().ok()
+}
+
+impl Fresher {
+    fn key(is_pod: bool, ns: &str, name: &str) -> (bool, String, String) {
+        (is_pod, ns.to_string(), name.to_string())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(bool, String, String), Known>> {
+        self.entries.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn remember(&self, is_pod: bool, ns: &str, name: &str, known: Known) {
+        self.lock().insert(Self::key(is_pod, ns, name), known);
+    }
+
+    fn forget(&self, ns: &str, name: &str) {
+        let mut entries = self.lock();
+        entries.remove(&Self::key(false, ns, name));
+        entries.remove(&Self::key(true, ns, name));
+    }
+
+    /// The fresher of the cached object and what we last wrote; `None` for a pod we deleted.
+    fn pick(
+        &self,
+        is_pod: bool,
+        ns: &str,
+        name: &str,
+        cached: Option<Arc<DynamicObject>>,
+    ) -> Option<Arc<DynamicObject>> {
+        let key = Self::key(is_pod, ns, name);
+        let mut entries = self.lock();
+        let Some(known) = entries.get(&key).cloned() else {
+            return cached;
+        };
+        match (known, cached) {
+            (Known::Object(ours), None) => Some(ours),
+            (Known::Object(ours), Some(cached)) => match (rv(&ours), rv(&cached)) {
+                (Some(a), Some(b)) if a > b => Some(ours),
+                _ => {
+                    entries.remove(&key);
+                    Some(cached)
+                }
+            },
+            (Known::Deleted { uid }, Some(cached)) if cached.metadata.uid.as_deref() == Some(&uid) => None,
+            (Known::Deleted { .. }, cached) => {
+                entries.remove(&key);
+                cached
+            }
+        }
+    }
+}
+
+/// One watched scope: all namespaces (`None`) or one namespace.
+pub struct Scope {
+    shared: Arc<Shared>,
+    namespace: Option<String>,
+    pods: Store<DynamicObject>,
+    configs: Store<DynamicObject>,
+    fresher: Fresher,
+    failures: Mutex<HashMap<(String, String), u32>>,
+}
+
+impl Scope {
+    fn api(&self, resource: &kube::core::ApiResource, ns: &str) -> Api<DynamicObject> {
+        Api::namespaced_with(self.shared.client.clone(), ns, resource)
+    }
+
+    fn backoff(&self, key: (String, String)) -> Duration {
+        let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        let count = failures.entry(key).or_insert(0);
+        *count = count.saturating_add(1);
+        let exp = (*count).min(10);
+        Duration::from_millis(250 * (1u64 << exp)).min(Duration::from_secs(300))
+    }
+
+    fn succeeded(&self, key: &(String, String)) {
+        self.failures
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(key);
+    }
+}
+
+fn strip_managed_fields(object: &mut DynamicObject) {
+    object.metadata.managed_fields = None;
+}
+
+fn scoped_api(client: &Client, ns: Option<&str>, resource: &kube::core::ApiResource) -> Api<DynamicObject> {
+    match ns {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, resource),
+        None => Api::all_with(client.clone(), resource),
+    }
+}
+
+/// The Browser a pod belongs to: by our label, else by its controller owner reference
+/// name (so pods written under another group/version of the Browser kind still map).
+fn browser_of_pod(pod: &DynamicObject, browser: &kube::core::ApiResource) -> Option<ObjectRef<DynamicObject>> {
+    let ns = pod.metadata.namespace.as_deref()?;
+    let name = pod
+        .labels()
+        .get(keys::LABEL_BROWSER)
+        .cloned()
+        .or_else(|| {
+            pod.owner_references()
+                .iter()
+                .find(|r| r.controller == Some(true) && r.kind == keys::BROWSER_KIND)
+                .map(|r| r.name.clone())
+        })?;
+    Some(ObjectRef::new_with(&name, browser.clone()).within(ns))
+}
+
+/// Browsers of a namespace still waiting for their pod: a BrowserConfig change may now
+/// resolve them (SPEC §4.4).
+fn waiting_browsers(
+    browsers: &Store<DynamicObject>,
+    ns: &str,
+    browser: &kube::core::ApiResource,
+) -> Vec<ObjectRef<DynamicObject>> {
+    browsers
+        .state()
+        .iter()
+        .filter(|b| b.metadata.namespace.as_deref() == Some(ns))
+        .filter(|b| b.metadata.deletion_timestamp.is_none())
+        .filter(|b| b.data.pointer("/status/phase").is_none())
+        .filter_map(|b| Some(ObjectRef::new_with(b.metadata.name.as_deref()?, browser.clone()).within(ns)))
+        .collect()
+}
+
+/// Runs the controller of one scope until `shutdown` resolves.
+pub async fn run_scope(
+    shared: Arc<Shared>,
+    namespace: Option<String>,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    let client = &shared.client;
+    let kinds = shared.kinds.clone();
+    let ns = namespace.as_deref();
+
+    let browser_writer = Writer::<DynamicObject>::new(kinds.browser.clone());
+    let browser_reader = browser_writer.as_reader();
+    let browsers = watcher(scoped_api(client, ns, &kinds.browser), watcher::Config::default().any_semantic())
+        .default_backoff()
+        .modify(strip_managed_fields)
+        .reflect(browser_writer)
+        .applied_objects();
+
+    let pod_writer = Writer::<DynamicObject>::new(kinds.pod.clone());
+    let pod_reader = pod_writer.as_reader();
+    let pods = watcher(
+        scoped_api(client, ns, &kinds.pod),
+        watcher::Config::default()
+            .labels(&keys::managed_pods_selector())
+            .any_semantic(),
+    )
+    .default_backoff()
+    .modify(strip_managed_fields)
+    .reflect(pod_writer)
+    .touched_objects();
+
+    let config_writer = Writer::<DynamicObject>::new(kinds.browserconfig.clone());
+    let config_reader = config_writer.as_reader();
+    let configs = watcher(
+        scoped_api(client, ns, &kinds.browserconfig),
+        watcher::Config::default().any_semantic(),
+    )
+    .default_backoff()
+    .modify(strip_managed_fields)
+    .reflect(config_writer)
+    .touched_objects();
+
+    let ready = shared.register_scope();
+    {
+        let (b, p, c) = (browser_reader.clone(), pod_reader.clone(), config_reader.clone());
+        tokio::spawn(async move {
+            if b.wait_until_ready().await.is_ok()
+                && p.wait_until_ready().await.is_ok()
+                && c.wait_until_ready().await.is_ok()
+            {
+                ready.store(true, Ordering::Relaxed);
+            }
+        });
+    }
+
+    let scope = Arc::new(Scope {
+        shared: shared.clone(),
+        namespace: namespace.clone(),
+        pods: pod_reader,
+        configs: config_reader,
+        fresher: Fresher::default(),
+        failures: Mutex::new(HashMap::new()),
+    });
+
+    let browser_ar = kinds.browser.clone();
+    let pod_mapper_ar = kinds.browser.clone();
+    let waiting_reader = browser_reader.clone();
+    info!(namespace = ns.unwrap_or("<all>"), "watching Browsers");
+    Controller::for_stream_with(browsers, browser_reader, browser_ar)
+        .watches_stream_with(pods, move |pod| browser_of_pod(&pod, &pod_mapper_ar), kinds.pod.clone())
+        .watches_stream_with(
+            configs,
+            move |config| match config.metadata.namespace.as_deref() {
+                Some(ns) => waiting_browsers(&waiting_reader, ns, &kinds.browser),
+                None => Vec::new(),
+            },
+            kinds.browserconfig.clone(),
+        )
+        .with_config(ControllerConfig::default().concurrency(shared.max_workers))
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, scope)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                debug!(error = %e, "controller event");
+            }
+        })
+        .await;
+}
+
+fn error_policy(browser: Arc<DynamicObject>, error: &ReconcileError, scope: Arc<Scope>) -> Action {
+    scope.shared.metrics.reconcile_error(error.kind());
+    let key = (browser.namespace().unwrap_or_default(), browser.name_any());
+    let wait = scope.backoff(key);
+    warn!(namespace = %browser.namespace().unwrap_or_default(), name = %browser.name_any(), error = %error, retry_in = ?wait, "reconcile failed");
+    Action::requeue(wait)
+}
+
+async fn reconcile(browser: Arc<DynamicObject>, scope: Arc<Scope>) -> Result<Action, ReconcileError> {
+    let ns = browser.namespace().unwrap_or_default();
+    let name = browser.name_any();
+    let span = info_span!("reconcile", namespace = %ns, name = %name);
+    async move {
+        let _guard = scope.shared.metrics.reconcile_started();
+        let key = (ns.clone(), name.clone());
+        let result = reconcile_inner(browser, &scope, &ns, &name).await;
+        if result.is_ok() {
+            scope.succeeded(&key);
+        }
+        result
+    }
+    .instrument(span)
+    .await
+}
+
+async fn reconcile_inner(
+    browser: Arc<DynamicObject>,
+    scope: &Scope,
+    ns: &str,
+    name: &str,
+) -> Result<Action, ReconcileError> {
+    let shared = &scope.shared;
+    // No decision before the stores are complete: no spurious ConfigNotFound at start-up.
+    scope
+        .configs
+        .wait_until_ready()
+        .await
+        .map_err(|_| ReconcileError::StoreClosed("BrowserConfig"))?;
+    scope
+        .pods
+        .wait_until_ready()
+        .await
+        .map_err(|_| ReconcileError::StoreClosed("Pod"))?;
+
+    let browser = scope
+        .fresher
+        .pick(false, ns, name, Some(browser))
+        .ok_or(ReconcileError::StoreClosed("Browser"))?;
+    let pod_ref = ObjectRef::new_with(name, shared.kinds.pod.clone()).within(ns);
+    let pods_api = scope.api(&shared.kinds.pod, ns);
+    let pod = match scope.fresher.pick(true, ns, name, scope.pods.get(&pod_ref)) {
+        Some(pod) => Some(pod),
+        // Absent from the cache: confirm with a direct read before deciding anything.
+        None => pods_api
+            .get_opt(name)
+            .await
+            .map_err(|source| ReconcileError::ReadPod {
+                name: name.to_string(),
+                source,
+            })?
+            .map(|mut p| {
+                strip_managed_fields(&mut p);
+                Arc::new(p)
+            }),
+    };
+    let pod_json = pod.as_deref().map(serde_json::to_value).transpose().ok().flatten();
+    let observed = Observed {
+        browser: &browser,
+        pod: pod_json.as_ref(),
+        now: Timestamp::now(),
+    };
+    let plan = decide::decide(&observed, &shared.settings, || {
+        let configs: Vec<Arc<DynamicObject>> = scope
+            .configs
+            .state()
+            .into_iter()
+            .filter(|c| c.metadata.namespace.as_deref() == Some(ns))
+            .collect();
+        desired::pod_for(&browser, &configs, &shared.kinds.browser)
+    });
+
+    let browsers_api = scope.api(&shared.kinds.browser, ns);
+    let target = Target {
+        browsers: &browsers_api,
+        pods: &pods_api,
+        browser_resource: &shared.kinds.browser,
+        browser: &browser,
+        metrics: &shared.metrics,
+    };
+    let executed = target.execute(&plan).await?;
+    let mut events = plan.events.clone();
+    let mut requeue = plan.requeue_after;
+    if let Some(failure) = executed.create_rejected {
+        let rejected = decide::create_rejected(&observed, &shared.settings, failure);
+        let executed_rejection = target.execute(&rejected).await?;
+        remember(scope, ns, name, &executed_rejection);
+        events = rejected.events.clone();
+        requeue = rejected.requeue_after;
+        publish_failures(shared, &rejected);
+    } else {
+        remember(scope, ns, name, &executed);
+        publish_failures(shared, &plan);
+    }
+    if plan.delete_browser || plan.release_finalizer {
+        scope.fresher.forget(ns, name);
+    }
+    if let Some(reference) = (!events.is_empty()).then(|| browser.object_ref(&shared.kinds.browser)) {
+        for event in events {
+            if shared.events.try_send((event, reference.clone())).is_err() {
+                debug!("event queue full; event dropped");
+            }
+        }
+    }
+    Ok(requeue.map_or_else(Action::await_change, Action::requeue))
+}
+
+fn publish_failures(shared: &Shared, plan: &decide::Plan) {
+    if let Some(reason) = plan
+        .status
+        .as_ref()
+        .filter(|s| s.get("phase").and_then(Value::as_str) == Some("Failed"))
+        .and_then(|s| s.get("reason").and_then(Value::as_str))
+    {
+        shared.metrics.failure(reason);
+    }
+}
+
+fn remember(scope: &Scope, ns: &str, name: &str, executed: &crate::lifecycle::execute::Executed) {
+    if let Some(browser) = &executed.browser {
+        scope
+            .fresher
+            .remember(false, ns, name, Known::Object(Arc::new(browser.clone())));
+    }
+    if let Some(pod) = &executed.pod {
+        scope.fresher.remember(true, ns, name, Known::Object(Arc::new(pod.clone())));
+    }
+    if let Some(uid) = &executed.pod_deleted {
+        scope
+            .fresher
+            .remember(true, ns, name, Known::Deleted { uid: uid.clone() });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn obj(rv: &str, uid: &str) -> Arc<DynamicObject> {
+        Arc::new(
+            serde_json::from_value(json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "s1", "namespace": "ns", "uid": uid, "resourceVersion": rv}
+            }))
+            .unwrap(),
+        )
+    }
+
+    #[test]
+    fn fresher_prefers_our_newer_write_until_the_cache_catches_up() {
+        let f = Fresher::default();
+        f.remember(false, "ns", "s1", Known::Object(obj("10", "u")));
+        let picked = f.pick(false, "ns", "s1", Some(obj("9", "u"))).unwrap();
+        assert_eq!(picked.metadata.resource_version.as_deref(), Some("10"));
+        let picked = f.pick(false, "ns", "s1", Some(obj("11", "u"))).unwrap();
+        assert_eq!(picked.metadata.resource_version.as_deref(), Some("11"));
+        // The entry is gone once the cache caught up.
+        let picked = f.pick(false, "ns", "s1", Some(obj("9", "u"))).unwrap();
+        assert_eq!(picked.metadata.resource_version.as_deref(), Some("9"));
+    }
+
+    #[test]
+    fn fresher_hides_a_pod_we_deleted_but_not_a_new_one() {
+        let f = Fresher::default();
+        f.remember(true, "ns", "s1", Known::Deleted { uid: "old".into() });
+        assert!(f.pick(true, "ns", "s1", Some(obj("5", "old"))).is_none());
+        assert!(f.pick(true, "ns", "s1", Some(obj("6", "new"))).is_some());
+    }
+
+    #[test]
+    fn pods_map_to_browsers_by_label_then_owner() {
+        let ar = kube::core::ApiResource {
+            group: "selenosis.io".into(),
+            version: "v1".into(),
+            api_version: "selenosis.io/v1".into(),
+            kind: "Browser".into(),
+            plural: "browsers".into(),
+        };
+        let labelled: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "ns", "labels": {"selenosis.io/browser": "s1"}}
+        }))
+        .unwrap();
+        assert_eq!(browser_of_pod(&labelled, &ar).unwrap().name, "s1");
+        let owned: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "ns", "ownerReferences": [
+                {"apiVersion": "browser.selenosis.io/v1", "kind": "Browser", "name": "s2", "uid": "u", "controller": true}
+            ]}
+        }))
+        .unwrap();
+        assert_eq!(browser_of_pod(&owned, &ar).unwrap().name, "s2");
+    }
+}

@@ -1,0 +1,330 @@
+//! Performs a [`Plan`] against the API (SPEC §5): server-side apply for metadata, pod and
+//! status; UID-guarded deletes; a `test`-guarded JSON patch to release the finalizer.
+//! The only decision taken here is the classification of a rejected pod create, and that is
+//! a pure function ([`classify_create_error`]).
+
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions};
+use kube::core::ApiResource;
+use serde_json::{Value, json};
+
+use super::decide::{Event, Plan, PodDelete};
+use super::status::Failure;
+use crate::api::keys;
+use crate::metrics::Metrics;
+
+/// Why executing a plan failed; the reconcile is retried with backoff.
+#[derive(Debug, thiserror::Error)]
+pub enum ExecuteError {
+    #[error("{action} failed: {source}")]
+    Api {
+        action: &'static str,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("invalid JSON patch: {0}")]
+    Patch(#[from] serde_json::Error),
+}
+
+/// What a rejected pod create means (SPEC §4.2).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CreateOutcome {
+    /// The Browser fails with this reason and the API's message.
+    Fail(Failure),
+    /// Transient (5xx, timeouts, conflicts): retried with backoff, Browser unchanged.
+    Retry,
+}
+
+/// Classifies an API error of a pod create: 403 quota / forbidden and 422 invalid are final.
+pub fn classify_create_error(code: u16, message: &str) -> CreateOutcome {
+    match code {
+        403 if message.contains("exceeded quota") => {
+            CreateOutcome::Fail(Failure::new("QuotaExceeded", message))
+        }
+        403 => CreateOutcome::Fail(Failure::new("Forbidden", message)),
+        422 | 400 => CreateOutcome::Fail(Failure::new("InvalidPodSpec", message)),
+        _ => CreateOutcome::Retry,
+    }
+}
+
+/// The APIs a plan is executed against, for one Browser.
+pub struct Target<'a> {
+    pub browsers: &'a Api<DynamicObject>,
+    pub pods: &'a Api<DynamicObject>,
+    pub browser_resource: &'a ApiResource,
+    pub browser: &'a DynamicObject,
+    pub metrics: &'a Metrics,
+}
+
+/// What executing the plan produced beyond the writes themselves: the newest state of
+/// what was written, so the next reconcile need not wait for the watch to catch up.
+#[derive(Debug, Default)]
+pub struct Executed {
+    /// The pod create was rejected for good; the caller turns it into a failed status.
+    pub create_rejected: Option<Failure>,
+    /// The Browser as the last write returned it.
+    pub browser: Option<DynamicObject>,
+    /// The pod as the create or a graceful delete returned it.
+    pub pod: Option<DynamicObject>,
+    /// UID of a pod that is gone after our delete.
+    pub pod_deleted: Option<String>,
+}
+
+fn fresh(mut object: DynamicObject) -> DynamicObject {
+    object.metadata.managed_fields = None;
+    object
+}
+
+fn apply_params() -> PatchParams {
+    PatchParams::apply(keys::FIELD_MANAGER).force()
+}
+
+impl Target<'_> {
+    fn name(&self) -> &str {
+        self.browser.metadata.name.as_deref().unwrap_or_default()
+    }
+
+    fn header(&self) -> Value {
+        json!({
+            "apiVersion": self.browser_resource.api_version,
+            "kind": self.browser_resource.kind,
+            "metadata": {"name": self.name()},
+        })
+    }
+
+    /// Executes the writes of `plan` in order. Events are returned to the caller, which
+    /// publishes them off the reconcile's critical path.
+    pub async fn execute(&self, plan: &Plan) -> Result<Executed, ExecuteError> {
+        let mut executed = Executed::default();
+        if plan.ensure_metadata {
+            executed.browser = Some(self.apply_metadata().await?);
+        }
+        if let Some(pod) = &plan.create_pod {
+            match self.create_pod(pod).await {
+                Ok(pod) => executed.pod = Some(fresh(pod)),
+                Err(kube::Error::Api(status)) => {
+                    self.metrics.pod_create_error(status.code);
+                    match classify_create_error(status.code, &status.message) {
+                        CreateOutcome::Fail(failure) => {
+                            executed.create_rejected = Some(failure);
+                            return Ok(executed);
+                        }
+                        CreateOutcome::Retry => {
+                            return Err(ExecuteError::Api {
+                                action: "create pod",
+                                source: kube::Error::Api(status),
+                            });
+                        }
+                    }
+                }
+                Err(source) => {
+                    return Err(ExecuteError::Api {
+                        action: "create pod",
+                        source,
+                    });
+                }
+            }
+        }
+        if let Some(status) = &plan.status {
+            executed.browser = Some(self.apply_status(status).await?);
+        }
+        if let Some(delete) = &plan.delete_pod {
+            match self.delete_pod(delete).await? {
+                Some(terminating) => executed.pod = Some(terminating),
+                None => executed.pod_deleted = Some(delete.uid.clone()),
+            }
+        }
+        if plan.delete_browser {
+            self.delete_browser().await?;
+        }
+        if plan.release_finalizer {
+            self.release_finalizer().await?;
+        }
+        Ok(executed)
+    }
+
+    async fn apply_metadata(&self) -> Result<DynamicObject, ExecuteError> {
+        let spec = |f: &str| {
+            self.browser
+                .data
+                .pointer(&format!("/spec/{f}"))
+                .cloned()
+                .unwrap_or(Value::Null)
+        };
+        let mut body = self.header();
+        body["metadata"]["labels"] = json!({
+            keys::LABEL_BROWSER: self.name(),
+            keys::LABEL_BROWSER_NAME: spec("browserName"),
+            keys::LABEL_BROWSER_VERSION: spec("browserVersion"),
+        });
+        body["metadata"]["finalizers"] = json!([keys::FINALIZER]);
+        self.metrics.write("apply", "browsers");
+        self.browsers
+            .patch(self.name(), &apply_params(), &Patch::Apply(body))
+            .await
+            .map(fresh)
+            .map_err(|source| ExecuteError::Api {
+                action: "apply Browser finalizer and labels",
+                source,
+            })
+    }
+
+    async fn create_pod(&self, pod: &Value) -> Result<DynamicObject, kube::Error> {
+        self.metrics.write("apply", "pods");
+        self.pods
+            .patch(self.name(), &apply_params(), &Patch::Apply(pod))
+            .await
+    }
+
+    async fn apply_status(&self, status: &Value) -> Result<DynamicObject, ExecuteError> {
+        let mut body = self.header();
+        body["status"] = status.clone();
+        self.metrics.write("apply", "browsers/status");
+        self.browsers
+            .patch_status(self.name(), &apply_params(), &Patch::Apply(body))
+            .await
+            .map(fresh)
+            .map_err(|source| ExecuteError::Api {
+                action: "apply Browser status",
+                source,
+            })
+    }
+
+    /// Returns the pod when it is still terminating (graceful delete), `None` when gone.
+    async fn delete_pod(&self, delete: &PodDelete) -> Result<Option<DynamicObject>, ExecuteError> {
+        let params = DeleteParams {
+            grace_period_seconds: delete.grace_seconds.map(|g| g.max(0) as u32),
+            preconditions: Some(Preconditions {
+                uid: Some(delete.uid.clone()),
+                resource_version: None,
+            }),
+            ..DeleteParams::background()
+        };
+        self.metrics.write("delete", "pods");
+        match self.pods.delete(self.name(), &params).await {
+            Ok(either) => Ok(either.left().map(fresh)),
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(None),
+            Err(source) => Err(ExecuteError::Api {
+                action: "delete pod",
+                source,
+            }),
+        }
+    }
+
+    async fn delete_browser(&self) -> Result<(), ExecuteError> {
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: self.browser.metadata.uid.clone(),
+                resource_version: None,
+            }),
+            ..DeleteParams::background()
+        };
+        self.metrics.write("delete", "browsers");
+        ignore_gone(self.browsers.delete(self.name(), &params).await.map(|_| ())).map_err(
+            |source| ExecuteError::Api {
+                action: "delete Browser",
+                source,
+            },
+        )
+    }
+
+    /// Removes our finalizer with a JSON patch guarded by `test`, so a concurrent change of
+    /// the list (or a finalizer another manager wrote) is never lost or clobbered.
+    async fn release_finalizer(&self) -> Result<(), ExecuteError> {
+        let Some(index) = self
+            .browser
+            .metadata
+            .finalizers
+            .as_ref()
+            .and_then(|f| f.iter().position(|x| x == keys::FINALIZER))
+        else {
+            return Ok(());
+        };
+        let patch: json_patch::Patch = serde_json::from_value(json!([
+            {"op": "test", "path": format!("/metadata/finalizers/{index}"), "value": keys::FINALIZER},
+            {"op": "remove", "path": format!("/metadata/finalizers/{index}")},
+        ]))?;
+        self.metrics.write("patch", "browsers");
+        ignore_gone(
+            self.browsers
+                .patch(self.name(), &PatchParams::default(), &Patch::<()>::Json(patch))
+                .await
+                .map(|_| ()),
+        )
+        .map_err(|source| ExecuteError::Api {
+            action: "release Browser finalizer",
+            source,
+        })
+    }
+}
+
+/// A delete or patch of something already gone (404) or already replaced by a
+/// same-named object with another UID (409 precondition) has nothing left to do.
+fn ignore_gone(result: Result<(), kube::Error>) -> Result<(), kube::Error> {
+    match result {
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
+        other => other,
+    }
+}
+
+/// Turns plan events into runtime events for the recorder.
+pub fn to_runtime_event(event: &Event) -> kube::runtime::events::Event {
+    use kube::runtime::events::EventType;
+    kube::runtime::events::Event {
+        type_: if event.warning {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        },
+        reason: event.reason.clone(),
+        note: Some(truncate(&event.note, 1024)),
+        action: event.action.into(),
+        secondary: None,
+    }
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn create_errors_are_classified_per_the_cleanup_table() {
+        let quota = "pods \"s1\" is forbidden: exceeded quota: compute, requested: cpu=1, used: cpu=4, limited: cpu=4";
+        assert_eq!(
+            classify_create_error(403, quota),
+            CreateOutcome::Fail(Failure::new("QuotaExceeded", quota))
+        );
+        assert_eq!(
+            classify_create_error(403, "pods is forbidden: User cannot create"),
+            CreateOutcome::Fail(Failure::new("Forbidden", "pods is forbidden: User cannot create"))
+        );
+        assert!(matches!(classify_create_error(422, "Pod \"s1\" is invalid"), CreateOutcome::Fail(f) if f.reason == "InvalidPodSpec"));
+        for transient in [500, 503, 504, 409, 429] {
+            assert_eq!(classify_create_error(transient, "x"), CreateOutcome::Retry);
+        }
+    }
+
+    #[test]
+    fn event_notes_are_cut_to_the_api_limit_on_a_char_boundary() {
+        let e = Event {
+            warning: true,
+            reason: "X".into(),
+            note: "é".repeat(600),
+            action: "Fail",
+        };
+        let runtime = to_runtime_event(&e);
+        let note = runtime.note.unwrap();
+        assert!(note.len() <= 1024);
+        assert!(note.chars().all(|c| c == 'é'));
+    }
+}
