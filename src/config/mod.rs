@@ -3,3 +3,4 @@
 
 pub mod lookup;
 pub mod merge;
+pub mod validate;
