@@ -5,7 +5,11 @@
 pub mod api;
 pub mod cli;
 pub mod config;
+pub mod controller;
 pub mod duration;
 pub mod lifecycle;
 pub mod manifest;
+pub mod metrics;
+pub mod operator;
 pub mod pod;
+pub mod server;

@@ -2,4 +2,5 @@
 //! and resolution of `ApiResource`s through discovery.
 
 pub mod crd;
+pub mod discovery;
 pub mod keys;

@@ -15,6 +15,7 @@
 //! reports, and a newer config adding a specific version is never silently shadowed by
 //! an older catch-all.
 
+use std::borrow::Borrow;
 use std::collections::BTreeMap;
 
 use kube::api::DynamicObject;
@@ -74,7 +75,7 @@ pub struct Conflict {
 
 /// Resolves `browser_name` / `browser_version` among the configs of one namespace.
 pub fn resolve(
-    configs: &[DynamicObject],
+    configs: &[impl Borrow<DynamicObject>],
     browser_name: &str,
     browser_version: &str,
 ) -> Result<Resolved, LookupError> {
@@ -116,7 +117,7 @@ pub fn resolve(
 /// Every (browser, version) key defined by more than one config, each loser with its
 /// winner; ordered by browser and version (ignoring case), then by the losers' rank.
 /// A `"*"` key counts only where it resolves versions (it carries an image).
-pub fn conflicts(configs: &[DynamicObject]) -> Vec<Conflict> {
+pub fn conflicts(configs: &[impl Borrow<DynamicObject>]) -> Vec<Conflict> {
     // Keyed by browser and version in lower case; the value is the winner's name.
     let mut owners: BTreeMap<(String, String), &str> = BTreeMap::new();
     let mut conflicts = Vec::new();
@@ -235,8 +236,8 @@ fn with_version(mut entry: Value, version: &str) -> Option<Value> {
 }
 
 /// Configs oldest first: by `creationTimestamp` (missing last), then by name.
-fn ranked(configs: &[DynamicObject]) -> Vec<&DynamicObject> {
-    let mut ranked: Vec<&DynamicObject> = configs.iter().collect();
+fn ranked(configs: &[impl Borrow<DynamicObject>]) -> Vec<&DynamicObject> {
+    let mut ranked: Vec<&DynamicObject> = configs.iter().map(Borrow::borrow).collect();
     ranked.sort_by(|a, b| {
         let created = |config: &DynamicObject| config.metadata.creation_timestamp.clone();
         let (created_a, created_b) = (created(a), created(b));
@@ -295,10 +296,10 @@ fn matching_key<'a>(map: &'a Map<String, Value>, wanted: &str) -> Option<&'a str
 }
 
 /// Resolvable entries of every config as sorted, distinct `browser:version` strings.
-fn available(configs: &[DynamicObject]) -> Vec<String> {
+fn available(configs: &[impl Borrow<DynamicObject>]) -> Vec<String> {
     let mut available: Vec<String> = configs
         .iter()
-        .flat_map(resolvable_entries)
+        .flat_map(|c| resolvable_entries(c.borrow()))
         .map(|(browser, version)| format!("{browser}:{version}"))
         .collect();
     available.sort();

@@ -2,4 +2,6 @@
 //! `execute` performs a decided plan against the API.
 
 pub mod decide;
+pub mod desired;
+pub mod execute;
 pub mod status;
