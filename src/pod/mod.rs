@@ -1,5 +1,6 @@
 //! Pod construction (SPEC §2): rendering a Browser and its resolved entry into a Pod,
 //! and the per-session options annotation.
 
+pub mod names;
 pub mod options;
 pub mod render;
