@@ -92,7 +92,10 @@ impl Shared {
         tokio::spawn(async move {
             while let Some((event, reference)) = rx.recv().await {
                 publisher_metrics.write("create", "events");
-                if let Err(e) = recorder.publish(&to_runtime_event(&event), &reference).await {
+                if let Err(e) = recorder
+                    .publish(&to_runtime_event(&event), &reference)
+                    .await
+                {
                     debug!(error = %e, reason = %event.reason, "publishing event failed");
                 }
             }
@@ -183,7 +186,11 @@ impl Fresher {
                     Some(cached)
                 }
             },
-            (Known::Deleted { uid }, Some(cached)) if cached.metadata.uid.as_deref() == Some(&uid) => None,
+            (Known::Deleted { uid }, Some(cached))
+                if cached.metadata.uid.as_deref() == Some(&uid) =>
+            {
+                None
+            }
             (Known::Deleted { .. }, cached) => {
                 entries.remove(&key);
                 cached
@@ -195,7 +202,6 @@ impl Fresher {
 /// One watched scope: all namespaces (`None`) or one namespace.
 pub struct Scope {
     shared: Arc<Shared>,
-    namespace: Option<String>,
     pods: Store<DynamicObject>,
     configs: Store<DynamicObject>,
     fresher: Fresher,
@@ -227,7 +233,11 @@ fn strip_managed_fields(object: &mut DynamicObject) {
     object.metadata.managed_fields = None;
 }
 
-fn scoped_api(client: &Client, ns: Option<&str>, resource: &kube::core::ApiResource) -> Api<DynamicObject> {
+fn scoped_api(
+    client: &Client,
+    ns: Option<&str>,
+    resource: &kube::core::ApiResource,
+) -> Api<DynamicObject> {
     match ns {
         Some(ns) => Api::namespaced_with(client.clone(), ns, resource),
         None => Api::all_with(client.clone(), resource),
@@ -236,18 +246,17 @@ fn scoped_api(client: &Client, ns: Option<&str>, resource: &kube::core::ApiResou
 
 /// The Browser a pod belongs to: by our label, else by its controller owner reference
 /// name (so pods written under another group/version of the Browser kind still map).
-fn browser_of_pod(pod: &DynamicObject, browser: &kube::core::ApiResource) -> Option<ObjectRef<DynamicObject>> {
+fn browser_of_pod(
+    pod: &DynamicObject,
+    browser: &kube::core::ApiResource,
+) -> Option<ObjectRef<DynamicObject>> {
     let ns = pod.metadata.namespace.as_deref()?;
-    let name = pod
-        .labels()
-        .get(keys::LABEL_BROWSER)
-        .cloned()
-        .or_else(|| {
-            pod.owner_references()
-                .iter()
-                .find(|r| r.controller == Some(true) && r.kind == keys::BROWSER_KIND)
-                .map(|r| r.name.clone())
-        })?;
+    let name = pod.labels().get(keys::LABEL_BROWSER).cloned().or_else(|| {
+        pod.owner_references()
+            .iter()
+            .find(|r| r.controller == Some(true) && r.kind == keys::BROWSER_KIND)
+            .map(|r| r.name.clone())
+    })?;
     Some(ObjectRef::new_with(&name, browser.clone()).within(ns))
 }
 
@@ -264,7 +273,9 @@ fn waiting_browsers(
         .filter(|b| b.metadata.namespace.as_deref() == Some(ns))
         .filter(|b| b.metadata.deletion_timestamp.is_none())
         .filter(|b| b.data.pointer("/status/phase").is_none())
-        .filter_map(|b| Some(ObjectRef::new_with(b.metadata.name.as_deref()?, browser.clone()).within(ns)))
+        .filter_map(|b| {
+            Some(ObjectRef::new_with(b.metadata.name.as_deref()?, browser.clone()).within(ns))
+        })
         .collect()
 }
 
@@ -280,11 +291,14 @@ pub async fn run_scope(
 
     let browser_writer = Writer::<DynamicObject>::new(kinds.browser.clone());
     let browser_reader = browser_writer.as_reader();
-    let browsers = watcher(scoped_api(client, ns, &kinds.browser), watcher::Config::default().any_semantic())
-        .default_backoff()
-        .modify(strip_managed_fields)
-        .reflect(browser_writer)
-        .applied_objects();
+    let browsers = watcher(
+        scoped_api(client, ns, &kinds.browser),
+        watcher::Config::default().any_semantic(),
+    )
+    .default_backoff()
+    .modify(strip_managed_fields)
+    .reflect(browser_writer)
+    .applied_objects();
 
     let pod_writer = Writer::<DynamicObject>::new(kinds.pod.clone());
     let pod_reader = pod_writer.as_reader();
@@ -312,7 +326,11 @@ pub async fn run_scope(
 
     let ready = shared.register_scope();
     {
-        let (b, p, c) = (browser_reader.clone(), pod_reader.clone(), config_reader.clone());
+        let (b, p, c) = (
+            browser_reader.clone(),
+            pod_reader.clone(),
+            config_reader.clone(),
+        );
         tokio::spawn(async move {
             if b.wait_until_ready().await.is_ok()
                 && p.wait_until_ready().await.is_ok()
@@ -325,7 +343,6 @@ pub async fn run_scope(
 
     let scope = Arc::new(Scope {
         shared: shared.clone(),
-        namespace: namespace.clone(),
         pods: pod_reader,
         configs: config_reader,
         fresher: Fresher::default(),
@@ -337,7 +354,11 @@ pub async fn run_scope(
     let waiting_reader = browser_reader.clone();
     info!(namespace = ns.unwrap_or("<all>"), "watching Browsers");
     Controller::for_stream_with(browsers, browser_reader, browser_ar)
-        .watches_stream_with(pods, move |pod| browser_of_pod(&pod, &pod_mapper_ar), kinds.pod.clone())
+        .watches_stream_with(
+            pods,
+            move |pod| browser_of_pod(&pod, &pod_mapper_ar),
+            kinds.pod.clone(),
+        )
         .watches_stream_with(
             configs,
             move |config| match config.metadata.namespace.as_deref() {
@@ -365,7 +386,10 @@ fn error_policy(browser: Arc<DynamicObject>, error: &ReconcileError, scope: Arc<
     Action::requeue(wait)
 }
 
-async fn reconcile(browser: Arc<DynamicObject>, scope: Arc<Scope>) -> Result<Action, ReconcileError> {
+async fn reconcile(
+    browser: Arc<DynamicObject>,
+    scope: Arc<Scope>,
+) -> Result<Action, ReconcileError> {
     let ns = browser.namespace().unwrap_or_default();
     let name = browser.name_any();
     let span = info_span!("reconcile", namespace = %ns, name = %name);
@@ -422,7 +446,12 @@ async fn reconcile_inner(
                 Arc::new(p)
             }),
     };
-    let pod_json = pod.as_deref().map(serde_json::to_value).transpose().ok().flatten();
+    let pod_json = pod
+        .as_deref()
+        .map(serde_json::to_value)
+        .transpose()
+        .ok()
+        .flatten();
     let observed = Observed {
         browser: &browser,
         pod: pod_json.as_ref(),
@@ -463,7 +492,8 @@ async fn reconcile_inner(
     if plan.delete_browser || plan.release_finalizer {
         scope.fresher.forget(ns, name);
     }
-    if let Some(reference) = (!events.is_empty()).then(|| browser.object_ref(&shared.kinds.browser)) {
+    if let Some(reference) = (!events.is_empty()).then(|| browser.object_ref(&shared.kinds.browser))
+    {
         for event in events {
             if shared.events.try_send((event, reference.clone())).is_err() {
                 debug!("event queue full; event dropped");
@@ -491,7 +521,9 @@ fn remember(scope: &Scope, ns: &str, name: &str, executed: &crate::lifecycle::ex
             .remember(false, ns, name, Known::Object(Arc::new(browser.clone())));
     }
     if let Some(pod) = &executed.pod {
-        scope.fresher.remember(true, ns, name, Known::Object(Arc::new(pod.clone())));
+        scope
+            .fresher
+            .remember(true, ns, name, Known::Object(Arc::new(pod.clone())));
     }
     if let Some(uid) = &executed.pod_deleted {
         scope

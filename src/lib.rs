@@ -4,6 +4,7 @@
 
 pub mod api;
 pub mod cli;
+pub mod commands;
 pub mod config;
 pub mod controller;
 pub mod duration;

@@ -68,9 +68,17 @@ impl Metrics {
             reconcile_duration.clone(),
         );
         let in_flight = Gauge::default();
-        registry.register("reconciles_in_flight", "Browser reconciles running now", in_flight.clone());
+        registry.register(
+            "reconciles_in_flight",
+            "Browser reconciles running now",
+            in_flight.clone(),
+        );
         let writes = Family::<WriteLabels, Counter>::default();
-        registry.register("api_writes", "API writes issued, by verb and resource", writes.clone());
+        registry.register(
+            "api_writes",
+            "API writes issued, by verb and resource",
+            writes.clone(),
+        );
         let pod_create_errors = Family::<CodeLabels, Counter>::default();
         registry.register(
             "pod_create_errors",
@@ -78,7 +86,11 @@ impl Metrics {
             pod_create_errors.clone(),
         );
         let failures = Family::<ReasonLabels, Counter>::default();
-        registry.register("browser_failures", "Browsers failed, by reason", failures.clone());
+        registry.register(
+            "browser_failures",
+            "Browsers failed, by reason",
+            failures.clone(),
+        );
         Self {
             registry,
             reconciles,
@@ -93,11 +105,15 @@ impl Metrics {
 
     /// Counts one API write.
     pub fn write(&self, verb: &'static str, resource: &'static str) {
-        self.writes.get_or_create(&WriteLabels { verb, resource }).inc();
+        self.writes
+            .get_or_create(&WriteLabels { verb, resource })
+            .inc();
     }
 
     pub fn pod_create_error(&self, code: u16) {
-        self.pod_create_errors.get_or_create(&CodeLabels { code }).inc();
+        self.pod_create_errors
+            .get_or_create(&CodeLabels { code })
+            .inc();
     }
 
     pub fn failure(&self, reason: &str) {
@@ -109,7 +125,9 @@ impl Metrics {
     }
 
     pub fn reconcile_error(&self, kind: &'static str) {
-        self.reconcile_errors.get_or_create(&KindLabels { kind }).inc();
+        self.reconcile_errors
+            .get_or_create(&KindLabels { kind })
+            .inc();
     }
 
     /// Marks a reconcile as running until the guard drops, then records its duration.
@@ -140,7 +158,9 @@ impl Drop for ReconcileGuard<'_> {
     fn drop(&mut self) {
         self.metrics.in_flight.dec();
         let elapsed: Duration = self.start.elapsed();
-        self.metrics.reconcile_duration.observe(elapsed.as_secs_f64());
+        self.metrics
+            .reconcile_duration
+            .observe(elapsed.as_secs_f64());
     }
 }
 
@@ -159,12 +179,32 @@ mod tests {
             let _g = m.reconcile_started();
         }
         let text = m.encode().unwrap();
-        assert!(text.contains("browser_controller_api_writes_total{verb=\"apply\",resource=\"pods\"} 2"), "{text}");
-        assert!(text.contains("browser_controller_pod_create_errors_total{code=\"403\"} 1"), "{text}");
-        assert!(text.contains("browser_controller_browser_failures_total{reason=\"ConfigNotFound\"} 1"), "{text}");
-        assert!(text.contains("browser_controller_reconciles_total 1"), "{text}");
-        assert!(text.contains("browser_controller_reconciles_in_flight 0"), "{text}");
-        assert!(text.contains("browser_controller_reconcile_duration_seconds_count 1"), "{text}");
+        assert!(
+            text.contains(
+                "browser_controller_api_writes_total{verb=\"apply\",resource=\"pods\"} 2"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("browser_controller_pod_create_errors_total{code=\"403\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("browser_controller_browser_failures_total{reason=\"ConfigNotFound\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("browser_controller_reconciles_total 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("browser_controller_reconciles_in_flight 0"),
+            "{text}"
+        );
+        assert!(
+            text.contains("browser_controller_reconcile_duration_seconds_count 1"),
+            "{text}"
+        );
         assert!(text.ends_with("# EOF\n"));
     }
 }

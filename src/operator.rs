@@ -20,7 +20,9 @@ use crate::server::{self, Probes, ServeError};
 /// Why the operator could not start or stopped abnormally.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
-    #[error("cannot configure the Kubernetes client (in-cluster, KUBECONFIG or ~/.kube/config): {0}")]
+    #[error(
+        "cannot configure the Kubernetes client (in-cluster, KUBECONFIG or ~/.kube/config): {0}"
+    )]
     Client(#[source] kube::Error),
     #[error(transparent)]
     Discovery(#[from] DiscoveryError),
@@ -53,7 +55,8 @@ impl From<&RunArgs> for Settings {
         Settings {
             creation_timeout: args.browser_pod_creation_timeout,
             deletion_timeout: args.browser_pod_deletion_timeout,
-            max_lifetime: (!args.browser_max_lifetime.is_zero()).then_some(args.browser_max_lifetime),
+            max_lifetime: (!args.browser_max_lifetime.is_zero())
+                .then_some(args.browser_max_lifetime),
             failed_retention: args.failed_browser_retention,
             ..Settings::default()
         }
@@ -84,7 +87,10 @@ async fn signals(stop: watch::Sender<bool>) {
 #[cfg(unix)]
 async fn wait_for_signal() {
     use tokio::signal::unix::{SignalKind, signal};
-    match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+    match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
         (Ok(mut term), Ok(mut int)) => {
             tokio::select! {
                 _ = term.recv() => {},
@@ -144,7 +150,8 @@ pub async fn run_with_client(
     let mut servers = Vec::new();
     match (args.health_probe_bind_address.0, args.metrics_addr.0) {
         (Some(health), Some(metrics)) if health == metrics => {
-            let router = server::health_routes(probes.clone()).merge(server::metrics_routes(probes));
+            let router =
+                server::health_routes(probes.clone()).merge(server::metrics_routes(probes));
             servers.push(server::bind(health, router, stop.clone()).await?.boxed());
         }
         (health, metrics) => {

@@ -61,7 +61,9 @@ pub fn health_routes(probes: Probes) -> Router {
 
 /// The metrics route.
 pub fn metrics_routes(probes: Probes) -> Router {
-    Router::new().route("/metrics", get(metrics)).with_state(probes)
+    Router::new()
+        .route("/metrics", get(metrics))
+        .with_state(probes)
 }
 
 /// Binds `addr` now (so a taken port fails start-up) and returns the server future.

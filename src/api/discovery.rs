@@ -21,7 +21,10 @@ pub enum DiscoveryError {
     #[error(
         "the {kind} CustomResourceDefinition is not installed (looked for {looked_for}); install it with `kubectl apply -f crds/` (or `browser-controller crds | kubectl apply -f -`)"
     )]
-    Missing { kind: &'static str, looked_for: String },
+    Missing {
+        kind: &'static str,
+        looked_for: String,
+    },
     #[error("API discovery of group {group} failed: {source}")]
     Api {
         group: String,

@@ -246,7 +246,11 @@ impl Target<'_> {
         self.metrics.write("patch", "browsers");
         ignore_gone(
             self.browsers
-                .patch(self.name(), &PatchParams::default(), &Patch::<()>::Json(patch))
+                .patch(
+                    self.name(),
+                    &PatchParams::default(),
+                    &Patch::<()>::Json(patch),
+                )
                 .await
                 .map(|_| ()),
         )
@@ -306,9 +310,14 @@ mod tests {
         );
         assert_eq!(
             classify_create_error(403, "pods is forbidden: User cannot create"),
-            CreateOutcome::Fail(Failure::new("Forbidden", "pods is forbidden: User cannot create"))
+            CreateOutcome::Fail(Failure::new(
+                "Forbidden",
+                "pods is forbidden: User cannot create"
+            ))
         );
-        assert!(matches!(classify_create_error(422, "Pod \"s1\" is invalid"), CreateOutcome::Fail(f) if f.reason == "InvalidPodSpec"));
+        assert!(
+            matches!(classify_create_error(422, "Pod \"s1\" is invalid"), CreateOutcome::Fail(f) if f.reason == "InvalidPodSpec")
+        );
         for transient in [500, 503, 504, 409, 429] {
             assert_eq!(classify_create_error(transient, "x"), CreateOutcome::Retry);
         }

@@ -1,0 +1,136 @@
+//! The offline subcommands: `render` prints the Pod a Browser would get (no cluster needed).
+
+use std::path::{Path, PathBuf};
+
+use kube::api::DynamicObject;
+use kube::core::ApiResource;
+use serde_json::Value;
+
+use crate::api::keys;
+use crate::cli::{OutputFormat, RenderArgs};
+use crate::config::lookup::{self, LookupError};
+use crate::lifecycle::decide::PodCreation;
+use crate::lifecycle::desired;
+use crate::manifest::{self, ManifestError};
+
+/// Why `render` could not print a pod; each is one line for the user.
+#[derive(Debug, thiserror::Error)]
+pub enum RenderCommandError {
+    #[error(transparent)]
+    Manifest(#[from] ManifestError),
+    #[error("{path}: no BrowserConfig found (expected kind: BrowserConfig)")]
+    NoConfig { path: PathBuf },
+    #[error("{path}: expected exactly one Browser, found {count}")]
+    BrowserCount { path: PathBuf, count: usize },
+    #[error("{path}: not a valid {kind}: {source}")]
+    Object {
+        path: PathBuf,
+        kind: &'static str,
+        source: serde_json::Error,
+    },
+    #[error("{message}{available}")]
+    NotFound { message: String, available: String },
+    #[error("{reason}: {message}")]
+    Rejected { reason: String, message: String },
+    #[error("cannot print the pod: {0}")]
+    Output(String),
+}
+
+fn objects_of_kind(path: &Path, kind: &str) -> Result<Vec<Value>, ManifestError> {
+    Ok(manifest::read_file(path)?
+        .into_iter()
+        .filter(|o| o.get("kind").and_then(Value::as_str) == Some(kind))
+        .collect())
+}
+
+fn to_object(
+    path: &Path,
+    kind: &'static str,
+    value: Value,
+) -> Result<DynamicObject, RenderCommandError> {
+    serde_json::from_value(value).map_err(|source| RenderCommandError::Object {
+        path: path.to_path_buf(),
+        kind,
+        source,
+    })
+}
+
+/// The resource of the Browser as its manifest names it (default `selenosis.io/v1`).
+fn browser_resource(browser: &DynamicObject) -> ApiResource {
+    let api_version = browser
+        .types
+        .as_ref()
+        .map(|t| t.api_version.clone())
+        .unwrap_or_else(|| format!("{}/{}", keys::DEFAULT_GROUP, keys::VERSION));
+    let (group, version) = api_version
+        .split_once('/')
+        .map_or((String::new(), api_version.clone()), |(g, v)| {
+            (g.to_string(), v.to_string())
+        });
+    ApiResource {
+        group,
+        version,
+        api_version,
+        kind: keys::BROWSER_KIND.into(),
+        plural: "browsers".into(),
+    }
+}
+
+/// Renders the pod of the Browser in `args.browser` from the BrowserConfigs in `args.configs`.
+pub fn render(args: &RenderArgs) -> Result<String, RenderCommandError> {
+    let mut configs = Vec::new();
+    for path in &args.configs {
+        let found = objects_of_kind(path, keys::BROWSERCONFIG_KIND)?;
+        if found.is_empty() {
+            return Err(RenderCommandError::NoConfig { path: path.clone() });
+        }
+        for value in found {
+            configs.push(to_object(path, "BrowserConfig", value)?);
+        }
+    }
+    let mut browsers = objects_of_kind(&args.browser, keys::BROWSER_KIND)?;
+    if browsers.len() != 1 {
+        return Err(RenderCommandError::BrowserCount {
+            path: args.browser.clone(),
+            count: browsers.len(),
+        });
+    }
+    let browser = to_object(&args.browser, "Browser", browsers.remove(0))?;
+    let pod = match desired::pod_for(&browser, &configs, &browser_resource(&browser)) {
+        PodCreation::Render(pod) => pod,
+        PodCreation::Fail(failure) if failure.reason == "ConfigNotFound" => {
+            let spec = |f: &str| {
+                browser
+                    .data
+                    .pointer(&format!("/spec/{f}"))
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+            };
+            let available =
+                match lookup::resolve(&configs, spec("browserName"), spec("browserVersion")) {
+                    Err(LookupError::NotFound { available, .. }) if !available.is_empty() => {
+                        format!(" (available: {})", available.join(", "))
+                    }
+                    _ => " (the given files define no resolvable entry)".to_string(),
+                };
+            return Err(RenderCommandError::NotFound {
+                message: failure.message,
+                available,
+            });
+        }
+        PodCreation::Fail(failure) => {
+            return Err(RenderCommandError::Rejected {
+                reason: failure.reason,
+                message: failure.message,
+            });
+        }
+    };
+    match args.output {
+        OutputFormat::Json => serde_json::to_string_pretty(&pod)
+            .map(|s| s + "\n")
+            .map_err(|e| RenderCommandError::Output(e.to_string())),
+        OutputFormat::Yaml => {
+            serde_saphyr::to_string(&pod).map_err(|e| RenderCommandError::Output(e.to_string()))
+        }
+    }
+}
