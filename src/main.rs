@@ -1,9 +1,33 @@
+use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Parser;
 
-use browser_controller::cli::{Cli, Command, RunArgs};
+use browser_controller::api::crd::{self, Layout};
+use browser_controller::cli::{Cli, Command, CrdsArgs, RunArgs};
 use browser_controller::{commands, operator};
+
+fn print_crds(args: &CrdsArgs) -> ExitCode {
+    let layout = if args.split_groups {
+        Layout::SplitGroups
+    } else {
+        Layout::Default
+    };
+    let written = crd::to_yaml(layout)
+        .map_err(|e| e.to_string())
+        .and_then(|text| {
+            std::io::stdout()
+                .write_all(text.as_bytes())
+                .map_err(|e| format!("cannot write to stdout: {e}"))
+        });
+    match written {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("browser-controller: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
 
 fn run_operator(args: RunArgs) -> ExitCode {
     if let Err(e) = operator::init_logging(args.log_format, &args.log_level) {
@@ -43,10 +67,7 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Some(Command::Crds(_)) => {
-            eprintln!("browser-controller: crds not implemented yet");
-            ExitCode::FAILURE
-        }
+        Some(Command::Crds(args)) => print_crds(&args),
         None => run_operator(cli.run),
     }
 }
