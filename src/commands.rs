@@ -96,7 +96,12 @@ pub fn render(args: &RenderArgs) -> Result<String, RenderCommandError> {
         });
     }
     let browser = to_object(&args.browser, "Browser", browsers.remove(0))?;
-    let pod = match desired::pod_for(&browser, &configs, &browser_resource(&browser)) {
+    let pod = match desired::pod_for(
+        &browser,
+        &configs,
+        &browser_resource(&browser),
+        |_, _, _| None,
+    ) {
         PodCreation::Render(pod) => pod,
         PodCreation::Fail(failure) if failure.reason == "ConfigNotFound" => {
             let spec = |f: &str| {

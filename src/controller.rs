@@ -25,6 +25,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::api::discovery::Kinds;
 use crate::api::keys;
+use crate::config_controller::Verdicts;
 use crate::lifecycle::decide::{self, Event, Observed, Settings};
 use crate::lifecycle::desired;
 use crate::lifecycle::execute::{ExecuteError, Target, to_runtime_event};
@@ -62,6 +63,7 @@ pub struct Shared {
     pub settings: Settings,
     pub max_workers: u16,
     pub metrics: Arc<Metrics>,
+    pub verdicts: Arc<Verdicts>,
     events: mpsc::Sender<(Event, k8s_openapi::api::core::v1::ObjectReference)>,
     ready: Mutex<Vec<Arc<AtomicBool>>>,
 }
@@ -106,6 +108,7 @@ impl Shared {
             settings,
             max_workers,
             metrics,
+            verdicts: Arc::new(Verdicts::default()),
             events,
             ready: Mutex::new(Vec::new()),
         })
@@ -464,7 +467,12 @@ async fn reconcile_inner(
             .into_iter()
             .filter(|c| c.metadata.namespace.as_deref() == Some(ns))
             .collect();
-        desired::pod_for(&browser, &configs, &shared.kinds.browser)
+        desired::pod_for(
+            &browser,
+            &configs,
+            &shared.kinds.browser,
+            |config, name, version| shared.verdicts.rejection(ns, config, name, version),
+        )
     });
 
     let browsers_api = scope.api(&shared.kinds.browser, ns);

@@ -12,6 +12,7 @@ use tracing_subscriber::EnvFilter;
 
 use crate::api::discovery::{self, DiscoveryError};
 use crate::cli::{LogFormat, RunArgs};
+use crate::config_controller;
 use crate::controller::{self, Shared};
 use crate::lifecycle::decide::Settings;
 use crate::metrics::Metrics;
@@ -172,10 +173,21 @@ pub async fn run_with_client(
     } else {
         args.namespaces.iter().cloned().map(Some).collect()
     };
+    let validators = scopes.iter().cloned().map(|ns| {
+        config_controller::run_scope(
+            shared.client.clone(),
+            shared.kinds.clone(),
+            ns,
+            shared.verdicts.clone(),
+            shared.metrics.clone(),
+            stop.clone(),
+        )
+    });
+    let validators = futures::future::join_all(validators);
     let controllers = scopes
         .into_iter()
         .map(|ns| controller::run_scope(shared.clone(), ns, stop.clone()));
-    futures::future::join_all(controllers).await;
+    futures::future::join(futures::future::join_all(controllers), validators).await;
     for result in servers.await {
         if let Ok(Err(e)) = result {
             error!(error = %e, "endpoint server failed");

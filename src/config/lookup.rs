@@ -295,6 +295,18 @@ fn matching_key<'a>(map: &'a Map<String, Value>, wanted: &str) -> Option<&'a str
         .map(String::as_str)
 }
 
+/// The version key an entry was defined under: the explicit one, else `"*"`.
+pub fn version_key(config: &DynamicObject, browser: &str, version: &str) -> String {
+    let explicit = entries(config)
+        .into_iter()
+        .any(|(b, v)| b.eq_ignore_ascii_case(browser) && v.eq_ignore_ascii_case(version));
+    if explicit {
+        version.to_string()
+    } else {
+        WILDCARD.to_string()
+    }
+}
+
 /// Resolvable entries of every config as sorted, distinct `browser:version` strings.
 fn available(configs: &[impl Borrow<DynamicObject>]) -> Vec<String> {
     let mut available: Vec<String> = configs

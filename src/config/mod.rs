@@ -3,4 +3,5 @@
 
 pub mod lookup;
 pub mod merge;
+pub mod report;
 pub mod validate;

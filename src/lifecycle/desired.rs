@@ -16,10 +16,13 @@ use crate::pod::options;
 use crate::pod::render::{RenderError, RenderInput, render_pod};
 
 /// Resolves and renders the pod of `browser` from the BrowserConfigs of its namespace.
+/// `rejected(config, browser, version_key)` is the cluster's dry-run verdict on an entry
+/// (SPEC §3.4), if it rejected it.
 pub fn pod_for<C: Borrow<DynamicObject>>(
     browser: &DynamicObject,
     configs: &[C],
     browser_resource: &ApiResource,
+    rejected: impl Fn(&str, &str, &str) -> Option<String>,
 ) -> PodCreation {
     let spec = |f: &str| {
         browser
@@ -49,6 +52,21 @@ pub fn pod_for<C: Borrow<DynamicObject>>(
                 "BrowserConfig {} entry {name} {version} is invalid: {}",
                 resolved.config_name,
                 problems.join("; ")
+            ),
+        ));
+    }
+    let key = configs
+        .iter()
+        .map(Borrow::borrow)
+        .find(|c| c.metadata.name.as_deref() == Some(resolved.config_name.as_str()))
+        .map(|c| lookup::version_key(c, name, version))
+        .unwrap_or_else(|| version.to_string());
+    if let Some(message) = rejected(&resolved.config_name, name, &key) {
+        return PodCreation::Fail(Failure::new(
+            "InvalidConfig",
+            format!(
+                "BrowserConfig {} entry {name} {key} is rejected by the cluster: {message}",
+                resolved.config_name
             ),
         ));
     }

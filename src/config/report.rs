@@ -1,0 +1,248 @@
+//! BrowserConfig status (SPEC §3.4): `version`, `lastUpdated`, `observedGeneration` and
+//! the `Valid` / `Ready` / `Conflict` conditions, derived from the local validation, the
+//! cluster's dry-run verdicts and the conflicts with other configs. Pure: times and
+//! verdicts come in, a status comes out, identical inputs give an identical status.
+
+use jiff::Timestamp;
+use serde_json::{Value, json};
+
+use super::lookup::Conflict;
+use super::validate::EntryReport;
+
+/// The cluster's verdict on one entry's rendered Pod (server-side dry-run apply).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DryRun {
+    pub browser: String,
+    pub version: String,
+    /// `None` when the API server accepted the pod.
+    pub rejection: Option<String>,
+}
+
+/// Identifier of the effective configuration: a stable hash (FNV-1a 64) of the spec, so
+/// it changes exactly when the configuration does.
+pub fn version_of(spec: &Value) -> String {
+    let bytes = serde_json::to_vec(spec).unwrap_or_default();
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        hash ^= u64::from(b);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{hash:016x}")
+}
+
+fn entry_name(browser: &str, version: &str) -> String {
+    if browser.is_empty() {
+        "spec".to_string()
+    } else {
+        format!("{browser} {version}")
+    }
+}
+
+/// Per-entry problems, local first, then the cluster's verdicts, in entry order.
+pub fn problems(reports: &[EntryReport], dry_runs: &[DryRun]) -> Vec<String> {
+    let mut out: Vec<String> = reports
+        .iter()
+        .filter(|r| !r.problems.is_empty())
+        .map(|r| {
+            format!(
+                "{}: {}",
+                entry_name(&r.browser, &r.version),
+                r.problems.join("; ")
+            )
+        })
+        .collect();
+    out.extend(dry_runs.iter().filter_map(|d| {
+        d.rejection
+            .as_ref()
+            .map(|msg| format!("{}: {msg}", entry_name(&d.browser, &d.version)))
+    }));
+    out
+}
+
+fn condition(
+    current: &Value,
+    kind: &str,
+    ok: bool,
+    reason: &str,
+    message: &str,
+    now: Timestamp,
+) -> Value {
+    let status = if ok { "True" } else { "False" };
+    let previous = current
+        .get("conditions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .find(|c| c.get("type").and_then(Value::as_str) == Some(kind));
+    let since = previous
+        .filter(|c| c.get("status").and_then(Value::as_str) == Some(status))
+        .and_then(|c| c.get("lastTransitionTime").cloned())
+        .unwrap_or_else(|| json!(now.to_string()));
+    json!({
+        "type": kind,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": since,
+    })
+}
+
+/// The full desired status of a BrowserConfig whose spec hashes to `version`.
+pub fn status(
+    current: &Value,
+    spec: &Value,
+    generation: Option<i64>,
+    problems: &[String],
+    conflicts: &[Conflict],
+    now: Timestamp,
+) -> Value {
+    let version = version_of(spec);
+    let last_updated = match current.get("version").and_then(Value::as_str) {
+        Some(v) if v == version => current
+            .get("lastUpdated")
+            .cloned()
+            .unwrap_or_else(|| json!(now.to_string())),
+        _ => json!(now.to_string()),
+    };
+    let valid = problems.is_empty();
+    let valid_message = if valid {
+        "every entry renders a pod the cluster accepts".to_string()
+    } else {
+        problems.join(" | ")
+    };
+    let conflict_message = conflicts
+        .iter()
+        .map(|c| {
+            format!(
+                "{} {} is also defined by BrowserConfig {}, which takes precedence (older)",
+                c.browser, c.version, c.winner
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+    let mut conditions = vec![
+        condition(
+            current,
+            "Valid",
+            valid,
+            if valid { "Valid" } else { "InvalidEntries" },
+            &valid_message,
+            now,
+        ),
+        condition(
+            current,
+            "Ready",
+            valid,
+            if valid { "Ready" } else { "InvalidEntries" },
+            if valid {
+                "configuration in use"
+            } else {
+                "some entries cannot be used; see the Valid condition"
+            },
+            now,
+        ),
+    ];
+    if !conflicts.is_empty() {
+        conditions.push(condition(
+            current,
+            "Conflict",
+            true,
+            "DuplicateEntries",
+            &conflict_message,
+            now,
+        ));
+    }
+    let mut status = json!({
+        "version": version,
+        "lastUpdated": last_updated,
+        "conditions": conditions,
+    });
+    if let Some(g) = generation {
+        status["observedGeneration"] = json!(g);
+    }
+    status
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn now() -> Timestamp {
+        "2026-11-22T10:00:00Z".parse().unwrap()
+    }
+
+    #[test]
+    fn version_tracks_the_spec() {
+        let a = json!({"browsers": {"chrome": {"1": {"image": "a"}}}});
+        let b = json!({"browsers": {"chrome": {"1": {"image": "b"}}}});
+        assert_eq!(version_of(&a), version_of(&a.clone()));
+        assert_ne!(version_of(&a), version_of(&b));
+    }
+
+    #[test]
+    fn valid_config_is_ready_and_stable_across_reconciles() {
+        let spec = json!({"browsers": {}});
+        let first = status(&Value::Null, &spec, Some(3), &[], &[], now());
+        assert_eq!(first["observedGeneration"], 3);
+        assert_eq!(first["conditions"][0]["status"], "True");
+        assert_eq!(first["conditions"][1]["type"], "Ready");
+        let later: Timestamp = "2026-11-22T11:00:00Z".parse().unwrap();
+        assert_eq!(status(&first, &spec, Some(3), &[], &[], later), first);
+    }
+
+    #[test]
+    fn problems_name_their_entries() {
+        let reports = vec![EntryReport {
+            browser: "chrome".into(),
+            version: "1".into(),
+            problems: vec!["image is required".into()],
+        }];
+        let dry = vec![DryRun {
+            browser: "firefox".into(),
+            version: "2".into(),
+            rejection: Some(
+                "Pod \"x\" is invalid: spec.containers[0].image: Required value".into(),
+            ),
+        }];
+        let p = problems(&reports, &dry);
+        assert_eq!(p[0], "chrome 1: image is required");
+        assert!(p[1].starts_with("firefox 2: Pod \"x\" is invalid"));
+        let s = status(&Value::Null, &json!({}), None, &p, &[], now());
+        assert_eq!(s["conditions"][0]["status"], "False");
+        assert_eq!(s["conditions"][0]["reason"], "InvalidEntries");
+        assert!(
+            s["conditions"][0]["message"]
+                .as_str()
+                .unwrap()
+                .contains("firefox 2")
+        );
+    }
+
+    #[test]
+    fn conflicts_name_the_winner() {
+        let c = Conflict {
+            loser: "b".into(),
+            winner: "a".into(),
+            browser: "chrome".into(),
+            version: "1".into(),
+        };
+        let s = status(&Value::Null, &json!({}), None, &[], &[c], now());
+        assert_eq!(s["conditions"][2]["type"], "Conflict");
+        assert!(
+            s["conditions"][2]["message"]
+                .as_str()
+                .unwrap()
+                .contains("BrowserConfig a")
+        );
+    }
+
+    #[test]
+    fn last_updated_moves_only_with_the_version() {
+        let spec = json!({"browsers": {"c": {}}});
+        let first = status(&Value::Null, &spec, Some(1), &[], &[], now());
+        let later: Timestamp = "2026-11-22T11:00:00Z".parse().unwrap();
+        let changed = status(&first, &json!({"browsers": {}}), Some(2), &[], &[], later);
+        assert_eq!(changed["lastUpdated"], later.to_string());
+        assert_eq!(first["lastUpdated"], now().to_string());
+    }
+}
