@@ -1,0 +1,371 @@
+//! Golden files of the `render` subcommand: the pod each testdata Browser gets from its
+//! BrowserConfig (SPEC §2, §3), and compatibility with the BrowserConfigs of the current
+//! Selenosis stack.
+
+use std::path::{Path, PathBuf};
+
+use kube::api::DynamicObject;
+use kube::core::ApiResource;
+use serde_json::{Value, json};
+
+use browser_controller::cli::{OutputFormat, RenderArgs};
+use browser_controller::commands::{self, RenderCommandError};
+use browser_controller::config::{lookup, validate};
+use browser_controller::lifecycle::decide::PodCreation;
+use browser_controller::lifecycle::desired;
+use browser_controller::manifest;
+
+const REGENERATE: &str = "UPDATE_GOLDEN=1 cargo test --test render_golden";
+
+/// Each testdata Browser (file stem) with the config file (stem) that resolves it.
+const CASES: [(&str, &str); 5] = [
+    ("chrome", "single-sidecar"),
+    ("chrome-vnc", "vnc-stack"),
+    ("playwright", "playwright"),
+    ("firefox-wildcard", "wildcard"),
+    ("firefox-pinned", "wildcard"),
+];
+
+/// Testdata Browsers that must not render, with the reason they fail with.
+const FAILING: [(&str, &str, &str); 1] = [(
+    "invalid-options",
+    "single-sidecar",
+    "InvalidSelenosisOptions",
+)];
+
+fn testdata() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata")
+}
+
+fn browser_file(stem: &str) -> PathBuf {
+    testdata().join("browsers").join(format!("{stem}.yaml"))
+}
+
+fn config_file(stem: &str) -> PathBuf {
+    testdata().join("configs").join(format!("{stem}.yaml"))
+}
+
+fn golden_file(stem: &str) -> PathBuf {
+    testdata().join("golden").join(format!("{stem}.pod.yaml"))
+}
+
+/// Stems of the files with `suffix` in `dir`, sorted.
+fn stems(dir: &Path, suffix: &str) -> Vec<String> {
+    let mut stems: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .filter_map(|name| name.strip_suffix(suffix).map(str::to_owned))
+        .collect();
+    stems.sort();
+    stems
+}
+
+fn render(
+    configs: Vec<PathBuf>,
+    browser: PathBuf,
+    output: OutputFormat,
+) -> Result<String, RenderCommandError> {
+    commands::render(&RenderArgs {
+        configs,
+        browser,
+        output,
+    })
+}
+
+fn render_case(browser: &str, config: &str) -> String {
+    render(
+        vec![config_file(config)],
+        browser_file(browser),
+        OutputFormat::Yaml,
+    )
+    .unwrap_or_else(|e| panic!("{browser} with {config}: {e}"))
+}
+
+/// The first line where `actual` and `expected` differ, 1-based, with both sides.
+fn first_difference<'a>(actual: &'a str, expected: &'a str) -> Option<(usize, &'a str, &'a str)> {
+    let (mut actual_lines, mut expected_lines) = (actual.lines(), expected.lines());
+    for number in 1.. {
+        match (actual_lines.next(), expected_lines.next()) {
+            (None, None) => break,
+            (a, e) if a == e => {}
+            (a, e) => {
+                return Some((
+                    number,
+                    a.unwrap_or("<end of output>"),
+                    e.unwrap_or("<end of file>"),
+                ));
+            }
+        }
+    }
+    // Same lines: only the final newline can differ.
+    (actual != expected).then_some((actual.lines().count() + 1, "<newline at end>", "<none>"))
+}
+
+/// Compares `actual` with the golden file of `stem`, or rewrites it under UPDATE_GOLDEN=1.
+fn check_golden(stem: &str, actual: &str) {
+    let path = golden_file(stem);
+    if std::env::var("UPDATE_GOLDEN").is_ok_and(|v| v == "1") {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, actual).unwrap();
+        println!("updated {}", path.display());
+        return;
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "cannot read golden file {}: {e}\ncreate it with: {REGENERATE}",
+            path.display()
+        )
+    });
+    if let Some((line, got, want)) = first_difference(actual, &expected) {
+        panic!(
+            "rendered pod differs from {} at line {line}:\n  golden:   {want}\n  rendered: {got}\n\
+             if the change is intended, regenerate with: {REGENERATE} (and review the diff)",
+            path.display()
+        );
+    }
+}
+
+fn golden_case(browser: &str, config: &str) {
+    check_golden(browser, &render_case(browser, config));
+}
+
+#[test]
+fn golden_chrome_with_single_sidecar() {
+    golden_case("chrome", "single-sidecar");
+}
+
+#[test]
+fn golden_chrome_vnc_with_vnc_stack() {
+    golden_case("chrome-vnc", "vnc-stack");
+}
+
+#[test]
+fn golden_playwright() {
+    golden_case("playwright", "playwright");
+}
+
+#[test]
+fn golden_firefox_through_the_wildcard_entry() {
+    golden_case("firefox-wildcard", "wildcard");
+}
+
+#[test]
+fn golden_firefox_pinned_version_over_the_wildcard_entry() {
+    golden_case("firefox-pinned", "wildcard");
+}
+
+#[test]
+fn every_testdata_browser_has_a_golden_or_an_expected_failure() {
+    let covered: Vec<&str> = CASES
+        .iter()
+        .map(|(browser, _)| *browser)
+        .chain(FAILING.iter().map(|(browser, _, _)| *browser))
+        .collect();
+    for browser in stems(&testdata().join("browsers"), ".yaml") {
+        assert!(
+            covered.contains(&browser.as_str()),
+            "testdata/browsers/{browser}.yaml has no golden case: add it to CASES"
+        );
+    }
+    if testdata().join("golden").is_dir() {
+        for golden in stems(&testdata().join("golden"), ".pod.yaml") {
+            assert!(
+                CASES.iter().any(|(browser, _)| *browser == golden),
+                "testdata/golden/{golden}.pod.yaml belongs to no case: remove it"
+            );
+        }
+    }
+    for (browser, config, reason) in FAILING {
+        match render(
+            vec![config_file(config)],
+            browser_file(browser),
+            OutputFormat::Yaml,
+        ) {
+            Err(RenderCommandError::Rejected { reason: got, .. }) => assert_eq!(got, reason),
+            other => panic!("{browser}: expected {reason}, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn rendering_with_every_config_at_once_gives_the_same_pod() {
+    let all: Vec<PathBuf> = stems(&testdata().join("configs"), ".yaml")
+        .iter()
+        .map(|stem| config_file(stem))
+        .collect();
+    assert!(all.len() >= 4, "{all:?}");
+    let reversed: Vec<PathBuf> = all.iter().rev().cloned().collect();
+    for (browser, config) in CASES {
+        let alone = render_case(browser, config);
+        for configs in [&all, &reversed] {
+            let together =
+                render(configs.clone(), browser_file(browser), OutputFormat::Yaml).unwrap();
+            assert!(
+                first_difference(&together, &alone).is_none(),
+                "{browser}: rendering with all configs differs from {config} alone: {:?}",
+                first_difference(&together, &alone)
+            );
+        }
+    }
+}
+
+#[test]
+fn yaml_and_json_outputs_describe_the_same_pod() {
+    for (browser, config) in CASES {
+        let yaml = render_case(browser, config);
+        let json = render(
+            vec![config_file(config)],
+            browser_file(browser),
+            OutputFormat::Json,
+        )
+        .unwrap();
+        let from_yaml: Value = serde_saphyr::from_str(&yaml).unwrap();
+        let from_json: Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(from_yaml, from_json, "{browser}");
+        // Key order is part of the output: the YAML keeps the rendered order too.
+        assert_eq!(
+            serde_json::to_string(&from_yaml).unwrap(),
+            serde_json::to_string(&from_json).unwrap(),
+            "{browser}"
+        );
+    }
+}
+
+#[test]
+fn first_difference_points_at_the_first_differing_line() {
+    assert_eq!(first_difference("a\nb\n", "a\nb\n"), None);
+    assert_eq!(first_difference("a\nb\n", "a\nc\n"), Some((2, "b", "c")));
+    assert_eq!(
+        first_difference("a\n", "a\nb\n"),
+        Some((2, "<end of output>", "b"))
+    );
+    assert_eq!(
+        first_difference("a\nb\n", "a\nb"),
+        Some((3, "<newline at end>", "<none>"))
+    );
+}
+
+// ---- compatibility with the BrowserConfigs of the current Selenosis stack ----
+
+/// Every YAML file below `dir`, recursively, sorted.
+fn yaml_files(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                pending.push(path);
+            } else if path.extension().is_some_and(|e| e == "yaml" || e == "yml") {
+                found.push(path);
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+/// The image an entry's pod must run: the last tier (template, `"*"`, version) that sets
+/// one, `{version}` replaced by the requested version.
+fn expected_image(config: &Value, browser: &str, version: &str, requested: &str) -> String {
+    let versions = &config["spec"]["browsers"][browser];
+    let mut tiers = vec![&config["spec"]["template"], &versions["*"]];
+    if version != "*" {
+        tiers.push(&versions[version]);
+    }
+    tiers
+        .iter()
+        .rev()
+        .find_map(|tier| tier["image"].as_str().filter(|image| !image.is_empty()))
+        .unwrap()
+        .replace("{version}", requested)
+}
+
+fn browser_resource(config: &Value) -> ApiResource {
+    // The split-group layout of the Helm chart pairs browserconfig.selenosis.io with
+    // browser.selenosis.io; the default layout uses selenosis.io for both.
+    let api_version = match config["apiVersion"].as_str().unwrap() {
+        "browserconfig.selenosis.io/v1" => "browser.selenosis.io/v1",
+        _ => "selenosis.io/v1",
+    };
+    let (group, version) = api_version.split_once('/').unwrap();
+    ApiResource {
+        group: group.into(),
+        version: version.into(),
+        api_version: api_version.into(),
+        kind: "Browser".into(),
+        plural: "browsers".into(),
+    }
+}
+
+#[test]
+fn upstream_browserconfigs_render_every_entry() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/upstream-examples");
+    if !dir.is_dir() {
+        println!("skipped: ../shared/upstream-examples not found");
+        return;
+    }
+    let (mut configs_checked, mut entries_checked) = (0, 0);
+    for path in yaml_files(&dir) {
+        let text = std::fs::read_to_string(&path).unwrap();
+        // Helm templates are Go templates, not YAML; they hold the CRDs, not configs.
+        if text.contains("{{") {
+            continue;
+        }
+        let objects = manifest::parse(&text, &path).unwrap();
+        for value in objects.into_iter().filter(|o| o["kind"] == "BrowserConfig") {
+            let file = path.display();
+            let config: DynamicObject = serde_json::from_value(value.clone()).unwrap();
+            let reports = validate::validate_config(&config);
+            let problems: Vec<_> = reports.iter().filter(|r| !r.problems.is_empty()).collect();
+            assert!(problems.is_empty(), "{file}: {problems:#?}");
+            let namespace = config.metadata.namespace.as_deref().unwrap_or("default");
+            let resource = browser_resource(&value);
+            configs_checked += 1;
+            for (browser_name, version) in lookup::entries(&config) {
+                let has_image = value["spec"]["browsers"][&browser_name][&version]["image"]
+                    .as_str()
+                    .is_some_and(|image| !image.is_empty());
+                if version == "*" && !has_image {
+                    continue;
+                }
+                let requested = if version == "*" { "1.0" } else { &version };
+                entries_checked += 1;
+                let name = format!("compat-{entries_checked}");
+                let browser: DynamicObject = serde_json::from_value(json!({
+                    "apiVersion": resource.api_version,
+                    "kind": "Browser",
+                    "metadata": {
+                        "name": name,
+                        "namespace": namespace,
+                        "uid": format!("00000000-0000-4000-8000-{entries_checked:012}"),
+                    },
+                    "spec": {"browserName": browser_name, "browserVersion": requested},
+                }))
+                .unwrap();
+                let pod = match desired::pod_for(&browser, &[&config], &resource) {
+                    PodCreation::Render(pod) => pod,
+                    PodCreation::Fail(failure) => {
+                        panic!("{file}: {browser_name} {version}: {failure:?}")
+                    }
+                };
+                let first = &pod["spec"]["containers"][0];
+                assert_eq!(first["name"], "browser", "{file}: {browser_name} {version}");
+                assert_eq!(
+                    first["image"],
+                    expected_image(&value, &browser_name, &version, requested),
+                    "{file}: {browser_name} {version}"
+                );
+                assert_eq!(pod["metadata"]["name"], name);
+                assert_eq!(pod["metadata"]["namespace"], namespace);
+            }
+        }
+    }
+    println!(
+        "upstream compatibility: {configs_checked} BrowserConfigs, {entries_checked} entries rendered"
+    );
+    assert!(
+        entries_checked >= 10,
+        "only {entries_checked} upstream entries checked"
+    );
+}
