@@ -96,6 +96,11 @@ pub fn render(args: &RenderArgs) -> Result<String, RenderCommandError> {
         });
     }
     let browser = to_object(&args.browser, "Browser", browsers.remove(0))?;
+    // Like the operator, only configs of the Browser's namespace count; files without a
+    // namespace stand for any.
+    if let Some(ns) = browser.metadata.namespace.as_deref() {
+        configs.retain(|c| c.metadata.namespace.as_deref().is_none_or(|cns| cns == ns));
+    }
     let pod = match desired::pod_for(
         &browser,
         &configs,

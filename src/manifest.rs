@@ -44,7 +44,7 @@ pub fn parse(text: &str, origin: &Path) -> Result<Vec<Value>, ManifestError> {
     } else {
         serde_saphyr::from_str_multiple::<Value, _>(text).map_err(|e| ManifestError::Yaml {
             path: origin.to_path_buf(),
-            message: one_line(&e.to_string()),
+            message: first_line(&e.to_string()),
         })?
     };
     let mut objects = Vec::new();
@@ -69,13 +69,15 @@ pub fn parse(text: &str, origin: &Path) -> Result<Vec<Value>, ManifestError> {
     Ok(objects)
 }
 
-fn one_line(message: &str) -> String {
-    message
+/// The parser's first line names the position and the problem; the rest is a source
+/// snippet that does not fit a one-line error.
+fn first_line(message: &str) -> String {
+    let line = message
         .lines()
         .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .collect::<Vec<_>>()
-        .join(" ")
+        .find(|l| !l.is_empty())
+        .unwrap_or("syntax error");
+    line.strip_prefix("error: ").unwrap_or(line).to_string()
 }
 
 #[cfg(test)]

@@ -343,7 +343,12 @@ fn upstream_browserconfigs_render_every_entry() {
                     "spec": {"browserName": browser_name, "browserVersion": requested},
                 }))
                 .unwrap();
-                let pod = match desired::pod_for(&browser, &[&config], &resource) {
+                let pod = match desired::pod_for(
+                    &browser,
+                    std::slice::from_ref(&config),
+                    &resource,
+                    |_, _, _| None,
+                ) {
                     PodCreation::Render(pod) => pod,
                     PodCreation::Fail(failure) => {
                         panic!("{file}: {browser_name} {version}: {failure:?}")
