@@ -114,13 +114,15 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     let client = Client::try_default().await.map_err(RunError::Client)?;
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::spawn(signals(stop_tx));
-    run_with_client(client, args, stop_future(&stop_rx)).await
+    run_with_client(client, args, Arc::new(Metrics::new()), stop_future(&stop_rx)).await
 }
 
-/// Runs the operator on `client` until `stop` resolves; used by `run` and by tests.
+/// Runs the operator on `client` until `stop` resolves, recording into `metrics`; used by
+/// `run` and by tests.
 pub async fn run_with_client(
     client: Client,
     args: RunArgs,
+    metrics: Arc<Metrics>,
     stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), RunError> {
     let stop: Stop = stop.boxed().shared();
@@ -131,7 +133,6 @@ pub async fn run_with_client(
     )
     .await?;
     info!(browser = %kinds.browser.api_version, browserconfig = %kinds.browserconfig.api_version, "resolved kinds");
-    let metrics = Arc::new(Metrics::new());
     let instance = std::env::var("POD_NAME")
         .or_else(|_| std::env::var("HOSTNAME"))
         .unwrap_or_else(|_| "browser-controller".into());
