@@ -114,7 +114,13 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     let client = Client::try_default().await.map_err(RunError::Client)?;
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::spawn(signals(stop_tx));
-    run_with_client(client, args, Arc::new(Metrics::new()), stop_future(&stop_rx)).await
+    run_with_client(
+        client,
+        args,
+        Arc::new(Metrics::new()),
+        stop_future(&stop_rx),
+    )
+    .await
 }
 
 /// Runs the operator on `client` until `stop` resolves, recording into `metrics`; used by
