@@ -1,0 +1,1469 @@
+//! The API server double and the kubelet simulator, exercised only through `kube::Client`,
+//! kube-runtime and the double's test hooks.
+
+mod support;
+
+use std::time::Duration;
+
+use futures::{StreamExt, TryStreamExt};
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
+    PatchParams, PostParams, Preconditions, WatchParams,
+};
+use kube::core::WatchEvent;
+use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kube::{Client, ResourceExt, discovery};
+use serde_json::{Value, json};
+
+use support::apiserver::{ApiServer, Fault};
+use support::kubelet::{Kubelet, Script};
+
+fn browser_crd() -> Value {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "browsers.selenosis.io"},
+        "spec": {
+            "group": "selenosis.io",
+            "scope": "Namespaced",
+            "names": {
+                "plural": "browsers", "singular": "browser", "kind": "Browser",
+                "shortNames": ["brw"], "categories": ["selenosis"],
+            },
+            "versions": [{
+                "name": "v1", "served": true, "storage": true,
+                "subresources": {"status": {}},
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
+            }],
+        },
+    })
+}
+
+fn browser_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("selenosis.io", "v1", "Browser"),
+        "browsers",
+    )
+}
+
+fn pod_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("", "v1", "Pod"), "pods")
+}
+
+/// A server with the Browser CRD, a client, and the Browser API in `default`.
+async fn setup() -> (ApiServer, Client, Api<DynamicObject>) {
+    let server = ApiServer::new();
+    server.install_crd(&browser_crd()).unwrap();
+    let client = server.client();
+    let gvk = GroupVersionKind::gvk("selenosis.io", "v1", "Browser");
+    let (ar, _) = discovery::pinned_kind(&client, &gvk).await.unwrap();
+    let browsers = Api::namespaced_with(client.clone(), "default", &ar);
+    (server, client, browsers)
+}
+
+fn pods(client: &Client) -> Api<DynamicObject> {
+    Api::namespaced_with(client.clone(), "default", &pod_resource())
+}
+
+fn browser(name: &str) -> Value {
+    json!({
+        "apiVersion": "selenosis.io/v1",
+        "kind": "Browser",
+        "metadata": {"name": name},
+        "spec": {"browserName": "chrome", "browserVersion": "120.0"},
+    })
+}
+
+fn pod(name: &str) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "browser-controller"}},
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [
+                {"name": "browser", "image": "selenium/standalone-chrome:120.0", "ports": [{"containerPort": 4444}]},
+                {"name": "seleniferous", "image": "alcounit/seleniferous:v1"},
+            ],
+        },
+    })
+}
+
+fn obj(value: Value) -> DynamicObject {
+    serde_json::from_value(value).unwrap()
+}
+
+async fn create(api: &Api<DynamicObject>, value: Value) -> DynamicObject {
+    api.create(&PostParams::default(), &obj(value))
+        .await
+        .unwrap()
+}
+
+fn api_error(result: Result<impl std::fmt::Debug, kube::Error>) -> Box<kube::core::Status> {
+    match result {
+        Err(kube::Error::Api(status)) => status,
+        other => panic!("expected an API error, got {other:?}"),
+    }
+}
+
+fn apply(manager: &str) -> PatchParams {
+    PatchParams::apply(manager).force()
+}
+
+/// Polls `check` until it returns `Some` (or panics after 10s of no luck).
+async fn eventually<T, F, Fut>(mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    for _ in 0..1000 {
+        if let Some(v) = check().await {
+            return v;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("condition not reached within 10s");
+}
+
+fn finalizers(o: &DynamicObject) -> Vec<String> {
+    o.metadata.finalizers.clone().unwrap_or_default()
+}
+
+fn labels(o: &DynamicObject) -> Vec<String> {
+    o.metadata
+        .labels
+        .clone()
+        .unwrap_or_default()
+        .into_keys()
+        .collect()
+}
+
+#[tokio::test]
+async fn discovery_finds_the_crd_kind_and_built_ins() {
+    let (server, client, _) = setup().await;
+    let info = client.apiserver_version().await.unwrap();
+    assert_eq!(info.git_version, "v1.34.0");
+    server.set_git_version("v1.30.2");
+    let info = client.apiserver_version().await.unwrap();
+    assert_eq!((info.major.as_str(), info.minor.as_str()), ("1", "30"));
+
+    let group = discovery::group(&client, "selenosis.io").await.unwrap();
+    assert_eq!(group.preferred_version_or_latest(), "v1");
+    let (ar, caps) = group.recommended_kind("Browser").unwrap();
+    assert_eq!(ar.plural, "browsers");
+    assert_eq!(caps.scope, discovery::Scope::Namespaced);
+    assert!(caps.subresources.iter().any(|(s, _)| s.plural == "status"));
+
+    let resources = client
+        .list_api_group_resources("selenosis.io/v1")
+        .await
+        .unwrap();
+    let entry = &resources.resources[0];
+    assert_eq!(entry.short_names.as_deref(), Some(&["brw".to_string()][..]));
+    assert_eq!(
+        entry.categories.as_deref(),
+        Some(&["selenosis".to_string()][..])
+    );
+
+    let gvk = GroupVersionKind::gvk("", "v1", "Pod");
+    let (pods, caps) = discovery::pinned_kind(&client, &gvk).await.unwrap();
+    assert_eq!(pods.plural, "pods");
+    let subs: Vec<&str> = caps
+        .subresources
+        .iter()
+        .map(|(s, _)| s.plural.as_str())
+        .collect();
+    assert_eq!(subs, ["status", "binding"]);
+    let lease = GroupVersionKind::gvk("coordination.k8s.io", "v1", "Lease");
+    assert!(discovery::pinned_kind(&client, &lease).await.is_ok());
+    let missing = GroupVersionKind::gvk("browser.selenosis.io", "v1", "Browser");
+    assert!(discovery::pinned_kind(&client, &missing).await.is_err());
+
+    let full = discovery::Discovery::new(client.clone())
+        .run()
+        .await
+        .unwrap();
+    assert!(full.has_group("selenosis.io") && full.has_group("coordination.k8s.io"));
+    let aggregated = discovery::Discovery::new(client)
+        .run_aggregated()
+        .await
+        .unwrap();
+    let (ar, caps) = aggregated
+        .get("selenosis.io")
+        .and_then(|g| g.recommended_kind("Browser"))
+        .unwrap();
+    assert_eq!(ar.plural, "browsers");
+    assert!(caps.subresources.iter().any(|(s, _)| s.plural == "status"));
+    assert!(aggregated.has_group(""));
+}
+
+#[tokio::test]
+async fn crds_posted_through_the_api_are_served() {
+    let server = ApiServer::new();
+    let client = server.client();
+    let crds: Api<DynamicObject> = Api::all_with(
+        client.clone(),
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("apiextensions.k8s.io", "v1", "CustomResourceDefinition"),
+            "customresourcedefinitions",
+        ),
+    );
+    let crd = create(&crds, browser_crd()).await;
+    let established = crd.data["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|c| c["type"] == "Established" && c["status"] == "True");
+    assert!(established);
+    let group = discovery::group(&client, "selenosis.io").await.unwrap();
+    assert!(group.recommended_kind("Browser").is_some());
+}
+
+#[tokio::test]
+async fn create_get_list_and_resource_versions() {
+    let (_server, _client, browsers) = setup().await;
+    let a = create(&browsers, browser("a")).await;
+    let b = create(&browsers, browser("b")).await;
+    let rv = |o: &DynamicObject| {
+        o.metadata
+            .resource_version
+            .clone()
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+    };
+    assert!(rv(&b) > rv(&a));
+    assert_eq!(a.metadata.generation, Some(1));
+    assert_eq!(a.metadata.namespace.as_deref(), Some("default"));
+    assert!(a.metadata.uid.is_some() && a.metadata.creation_timestamp.is_some());
+    assert_ne!(a.metadata.uid, b.metadata.uid);
+
+    let got = browsers.get("a").await.unwrap();
+    assert_eq!(got.data["spec"]["browserName"], "chrome");
+    let list = browsers.list(&ListParams::default()).await.unwrap();
+    let names: Vec<_> = list
+        .items
+        .iter()
+        .filter_map(|o| o.metadata.name.clone())
+        .collect();
+    assert_eq!(names, ["a", "b"]);
+    assert!(
+        list.metadata
+            .resource_version
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+            >= rv(&b)
+    );
+
+    let again = api_error(
+        browsers
+            .create(&PostParams::default(), &obj(browser("a")))
+            .await,
+    );
+    assert_eq!((again.code, again.reason.as_str()), (409, "AlreadyExists"));
+    assert_eq!(again.message, "browsers.selenosis.io \"a\" already exists");
+    let missing = api_error(browsers.get("nope").await);
+    assert_eq!(
+        (missing.code, missing.message.as_str()),
+        (404, "browsers.selenosis.io \"nope\" not found")
+    );
+
+    let generated = create(
+        &browsers,
+        json!({"apiVersion": "selenosis.io/v1", "kind": "Browser", "metadata": {"generateName": "chrome-"}, "spec": {}}),
+    )
+    .await;
+    assert!(generated.metadata.name.unwrap().starts_with("chrome-"));
+}
+
+#[tokio::test]
+async fn label_and_field_selectors_on_lists() {
+    let (_server, client, browsers) = setup().await;
+    for (name, labels) in [
+        ("a", json!({"tier": "web", "env": "prod"})),
+        ("b", json!({"tier": "db"})),
+        ("c", json!({})),
+    ] {
+        let mut b = browser(name);
+        b["metadata"]["labels"] = labels;
+        create(&browsers, b).await;
+    }
+    let cases = [
+        ("tier=web", vec!["a"]),
+        ("tier==db", vec!["b"]),
+        ("tier!=web", vec!["b", "c"]),
+        ("tier in (web,db)", vec!["a", "b"]),
+        ("tier notin (web)", vec!["b", "c"]),
+        ("env", vec!["a"]),
+        ("!env", vec!["b", "c"]),
+        ("tier=web,env=prod", vec!["a"]),
+    ];
+    for (selector, want) in cases {
+        let list = browsers
+            .list(&ListParams::default().labels(selector))
+            .await
+            .unwrap();
+        let names: Vec<_> = list
+            .items
+            .iter()
+            .filter_map(|o| o.metadata.name.clone())
+            .collect();
+        assert_eq!(names, want, "{selector}");
+    }
+    let by_name = browsers
+        .list(&ListParams::default().fields("metadata.name=b"))
+        .await
+        .unwrap();
+    assert_eq!(by_name.items.len(), 1);
+    let bad = api_error(
+        browsers
+            .list(&ListParams::default().fields("spec.x=1"))
+            .await,
+    );
+    assert_eq!(bad.code, 400);
+    let other = Api::namespaced_with(client.clone(), "other", &browser_resource());
+    create(&other, browser("d")).await;
+    let all = Api::<DynamicObject>::all_with(client, &browser_resource());
+    assert_eq!(
+        all.list(&ListParams::default()).await.unwrap().items.len(),
+        4
+    );
+    assert_eq!(
+        browsers
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .len(),
+        3
+    );
+}
+
+#[tokio::test]
+async fn watcher_and_reflector_see_changes_in_order() {
+    let (_server, client, browsers) = setup().await;
+    create(&browsers, browser("before")).await;
+    let writer = reflector::store::Writer::new(browser_resource());
+    let reader = writer.as_reader();
+    let all = Api::<DynamicObject>::all_with(client, &browser_resource());
+    let mut events = reflector(writer, watcher(all, watcher::Config::default()))
+        .default_backoff()
+        .boxed();
+    let mut seen = Vec::new();
+    let mut next = async || {
+        loop {
+            let ev = tokio::time::timeout(Duration::from_secs(10), events.next())
+                .await
+                .unwrap()
+                .unwrap()
+                .unwrap();
+            match ev {
+                watcher::Event::Apply(o) => return ("apply", o),
+                watcher::Event::InitApply(o) => return ("init", o),
+                watcher::Event::Delete(o) => return ("delete", o),
+                watcher::Event::Init | watcher::Event::InitDone => {}
+            }
+        }
+    };
+    let (kind, o) = next().await;
+    assert_eq!((kind, o.metadata.name.as_deref()), ("init", Some("before")));
+
+    create(&browsers, browser("x")).await;
+    let patch = Patch::Merge(json!({"spec": {"browserVersion": "121.0"}}));
+    browsers
+        .patch("x", &PatchParams::default(), &patch)
+        .await
+        .unwrap();
+    browsers
+        .delete("x", &DeleteParams::default())
+        .await
+        .unwrap();
+
+    for _ in 0..3 {
+        let (kind, o) = next().await;
+        seen.push((
+            kind,
+            o.metadata.generation,
+            o.data["spec"]["browserVersion"].clone(),
+        ));
+    }
+    assert_eq!(
+        seen,
+        [
+            ("apply", Some(1), json!("120.0")),
+            ("apply", Some(2), json!("121.0")),
+            ("delete", Some(2), json!("121.0")),
+        ]
+    );
+    reader.wait_until_ready().await.unwrap();
+    let names: Vec<_> = reader
+        .state()
+        .iter()
+        .filter_map(|o| o.metadata.name.clone())
+        .collect();
+    assert_eq!(names, ["before"]);
+}
+
+#[tokio::test]
+async fn streaming_list_watch_ends_initial_events_with_a_bookmark() {
+    let (_server, client, browsers) = setup().await;
+    create(&browsers, browser("a")).await;
+    let all = Api::<DynamicObject>::all_with(client, &browser_resource());
+    let config = watcher::Config::default().streaming_lists();
+    let mut events = watcher(all, config).boxed();
+    let mut got = Vec::new();
+    while got.last() != Some(&"done".to_string()) {
+        let ev = tokio::time::timeout(Duration::from_secs(10), events.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        match ev {
+            watcher::Event::Init => got.push("init".to_string()),
+            watcher::Event::InitApply(o) => got.push(o.metadata.name.unwrap()),
+            watcher::Event::InitDone => got.push("done".to_string()),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(got, ["init", "a", "done"]);
+}
+
+#[tokio::test]
+async fn raw_watch_replays_from_a_resource_version_and_sends_bookmarks() {
+    let (server, _client, browsers) = setup().await;
+    server.set_bookmark_interval(Duration::from_millis(20));
+    let a = create(&browsers, browser("a")).await;
+    let rv = a.metadata.resource_version.unwrap();
+    create(&browsers, browser("b")).await;
+    browsers
+        .delete("a", &DeleteParams::default())
+        .await
+        .unwrap();
+
+    let mut stream = browsers
+        .watch(&WatchParams::default(), &rv)
+        .await
+        .unwrap()
+        .boxed();
+    let mut kinds = Vec::new();
+    while kinds.len() < 3 {
+        let ev = tokio::time::timeout(Duration::from_secs(10), stream.try_next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        kinds.push(match ev {
+            WatchEvent::Added(o) => format!("ADDED {}", o.metadata.name.unwrap()),
+            WatchEvent::Deleted(o) => format!("DELETED {}", o.metadata.name.unwrap()),
+            WatchEvent::Bookmark(b) => format!(
+                "BOOKMARK {}",
+                b.metadata.resource_version == server.resource_version().to_string()
+            ),
+            other => panic!("unexpected {other:?}"),
+        });
+    }
+    assert_eq!(kinds, ["ADDED b", "DELETED a", "BOOKMARK true"]);
+
+    // Later bookmarks follow the global resourceVersion.
+    let c = create(&browsers, browser("c")).await;
+    loop {
+        let ev = tokio::time::timeout(Duration::from_secs(10), stream.try_next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        if let WatchEvent::Bookmark(b) = ev
+            && Some(&b.metadata.resource_version) == c.metadata.resource_version.as_ref()
+        {
+            break;
+        }
+    }
+
+    server.compact();
+    let mut stale = browsers
+        .watch(&WatchParams::default(), &rv)
+        .await
+        .unwrap()
+        .boxed();
+    match stale.try_next().await.unwrap().unwrap() {
+        WatchEvent::Error(status) => {
+            assert_eq!((status.code, status.reason.as_str()), (410, "Expired"))
+        }
+        other => panic!("expected 410, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn label_selector_watch_sees_objects_leave_and_enter_the_selection() {
+    let (_server, _client, browsers) = setup().await;
+    let mut b = browser("x");
+    b["metadata"]["labels"] = json!({"team": "a"});
+    create(&browsers, b).await;
+    let config = watcher::Config::default().labels("team=a");
+    let mut events = watcher(browsers.clone(), config)
+        .default_backoff()
+        .applied_objects()
+        .boxed();
+    let mut deletes = watcher(
+        browsers.clone(),
+        watcher::Config::default().labels("team=a"),
+    )
+    .default_backoff()
+    .boxed();
+    let first = tokio::time::timeout(Duration::from_secs(10), events.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(first.metadata.name.as_deref(), Some("x"));
+    // Streams are lazy: let the second watcher list before the object leaves the selection.
+    loop {
+        let ev = tokio::time::timeout(Duration::from_secs(10), deletes.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        if matches!(ev, watcher::Event::InitDone) {
+            break;
+        }
+    }
+
+    let relabel = |team: &str| Patch::Merge(json!({"metadata": {"labels": {"team": team}}}));
+    browsers
+        .patch("x", &PatchParams::default(), &relabel("b"))
+        .await
+        .unwrap();
+    let mut left = None;
+    while left.is_none() {
+        let ev = tokio::time::timeout(Duration::from_secs(10), deletes.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        if let watcher::Event::Delete(o) = ev {
+            left = Some(o);
+        }
+    }
+    // The DELETED event carries the last state that matched.
+    assert_eq!(
+        left.unwrap().labels().get("team").map(String::as_str),
+        Some("a")
+    );
+
+    browsers
+        .patch("x", &PatchParams::default(), &relabel("a"))
+        .await
+        .unwrap();
+    let back = tokio::time::timeout(Duration::from_secs(10), events.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(back.labels().get("team").map(String::as_str), Some("a"));
+}
+
+#[tokio::test]
+async fn server_side_apply_creates_merges_and_treats_finalizers_as_sets() {
+    let (_server, _client, browsers) = setup().await;
+    let applied = |labels: Value, finalizers: Value| {
+        let mut b = browser("s");
+        b["metadata"]["labels"] = labels;
+        b["metadata"]["finalizers"] = finalizers;
+        Patch::Apply(b)
+    };
+    let created = browsers
+        .patch(
+            "s",
+            &apply("ctl"),
+            &applied(json!({"a": "1"}), json!(["ctl/f"])),
+        )
+        .await
+        .unwrap();
+    assert_eq!(finalizers(&created), ["ctl/f"]);
+    let managers: Vec<_> = created
+        .metadata
+        .managed_fields
+        .unwrap()
+        .into_iter()
+        .map(|m| (m.manager.unwrap(), m.operation.unwrap()))
+        .collect();
+    assert_eq!(managers, [("ctl".to_string(), "Apply".to_string())]);
+
+    let both = browsers
+        .patch(
+            "s",
+            &apply("hub"),
+            &applied(json!({"b": "2"}), json!(["hub/f"])),
+        )
+        .await
+        .unwrap();
+    assert_eq!(finalizers(&both), ["ctl/f", "hub/f"]);
+    assert_eq!(labels(&both), ["a", "b"]);
+
+    // `ctl` drops its finalizer and label: only what it owned goes.
+    let after = browsers
+        .patch("s", &apply("ctl"), &applied(json!({}), json!([])))
+        .await
+        .unwrap();
+    assert_eq!(finalizers(&after), ["hub/f"]);
+    assert_eq!(labels(&after), ["b"]);
+    assert_eq!(after.data["spec"]["browserName"], "chrome");
+
+    // A finalizer added by a plain update is not owned by `ctl`, so its apply keeps it.
+    let add = Patch::Json::<()>(
+        serde_json::from_value(json!([
+            {"op": "add", "path": "/metadata/finalizers/-", "value": "other/f"}
+        ]))
+        .unwrap(),
+    );
+    browsers
+        .patch("s", &PatchParams::default(), &add)
+        .await
+        .unwrap();
+    let kept = browsers
+        .patch("s", &apply("ctl"), &applied(json!({}), json!(["ctl/f"])))
+        .await
+        .unwrap();
+    assert_eq!(finalizers(&kept), ["hub/f", "other/f", "ctl/f"]);
+
+    // Conflicts without force, ownership moves with force.
+    let steal = applied(json!({"b": "3"}), json!([]));
+    let conflict = api_error(
+        browsers
+            .patch("s", &PatchParams::apply("ctl"), &steal)
+            .await,
+    );
+    assert_eq!((conflict.code, conflict.reason.as_str()), (409, "Conflict"));
+    assert!(
+        conflict.message.contains("conflict with \"hub\""),
+        "{}",
+        conflict.message
+    );
+    let forced = browsers.patch("s", &apply("ctl"), &steal).await.unwrap();
+    assert_eq!(forced.labels().get("b").map(String::as_str), Some("3"));
+
+    // A re-apply of the same configuration changes nothing, not even the resourceVersion.
+    let again = browsers.patch("s", &apply("ctl"), &steal).await.unwrap();
+    assert_eq!(
+        again.metadata.resource_version,
+        forced.metadata.resource_version
+    );
+}
+
+#[tokio::test]
+async fn apply_requires_field_manager_api_version_and_kind() {
+    let (_server, _client, browsers) = setup().await;
+    let no_manager = api_error(
+        browsers
+            .patch("s", &PatchParams::default(), &Patch::Apply(browser("s")))
+            .await,
+    );
+    assert_eq!(no_manager.code, 422);
+    assert_eq!(
+        no_manager.message,
+        "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch"
+    );
+    let bare = json!({"metadata": {"name": "s"}, "spec": {}});
+    let no_kind = api_error(
+        browsers
+            .patch("s", &apply("ctl"), &Patch::Apply(bare))
+            .await,
+    );
+    assert_eq!((no_kind.code, no_kind.reason.as_str()), (400, "BadRequest"));
+}
+
+#[tokio::test]
+async fn status_subresource_is_isolated_from_the_main_resource() {
+    let (_server, _client, browsers) = setup().await;
+    let mut b = browser("s");
+    b["status"] = json!({"phase": "Running"});
+    let created = create(&browsers, b).await;
+    assert!(
+        created.data.get("status").is_none(),
+        "status is dropped on create"
+    );
+
+    let both =
+        Patch::Merge(json!({"spec": {"browserVersion": "2"}, "status": {"phase": "Failed"}}));
+    let main = browsers
+        .patch("s", &PatchParams::default(), &both)
+        .await
+        .unwrap();
+    assert!(main.data.get("status").is_none());
+    assert_eq!(main.metadata.generation, Some(2));
+
+    let status = browsers
+        .patch_status("s", &PatchParams::default(), &both)
+        .await
+        .unwrap();
+    assert_eq!(status.data["status"]["phase"], "Failed");
+    assert_eq!(status.data["spec"]["browserVersion"], "2");
+    assert_eq!(
+        status.metadata.generation,
+        Some(2),
+        "status writes keep the generation"
+    );
+
+    // Server-side apply on /status: fields the manager stops sending are removed.
+    let full = json!({"apiVersion": "selenosis.io/v1", "kind": "Browser", "status": {"phase": "Pending", "reason": "Waiting"}});
+    browsers
+        .patch_status("s", &apply("ctl"), &Patch::Apply(full))
+        .await
+        .unwrap();
+    let less =
+        json!({"apiVersion": "selenosis.io/v1", "kind": "Browser", "status": {"phase": "Running"}});
+    let now = browsers
+        .patch_status("s", &apply("ctl"), &Patch::Apply(less))
+        .await
+        .unwrap();
+    assert_eq!(now.data["status"], json!({"phase": "Running"}));
+
+    // A stale resourceVersion in the body is a precondition failure.
+    let stale =
+        Patch::Merge(json!({"metadata": {"resourceVersion": "1"}, "status": {"phase": "Failed"}}));
+    let err = api_error(
+        browsers
+            .patch_status("s", &PatchParams::default(), &stale)
+            .await,
+    );
+    assert_eq!((err.code, err.reason.as_str()), (409, "Conflict"));
+
+    // PUT replaces and honours the resourceVersion precondition too.
+    let mut current = browsers.get("s").await.unwrap();
+    current.data["spec"]["browserVersion"] = json!("3");
+    let replaced = browsers
+        .replace("s", &PostParams::default(), &current)
+        .await
+        .unwrap();
+    assert_eq!(replaced.metadata.generation, Some(3));
+    let err = api_error(
+        browsers
+            .replace("s", &PostParams::default(), &current)
+            .await,
+    );
+    assert_eq!(err.code, 409);
+}
+
+#[tokio::test]
+async fn json_patch_test_failure_is_unprocessable() {
+    let (_server, _client, browsers) = setup().await;
+    create(&browsers, browser("j")).await;
+    let guarded = |value: &str| {
+        Patch::Json::<()>(
+            serde_json::from_value(json!([
+                {"op": "test", "path": "/spec/browserName", "value": value},
+                {"op": "replace", "path": "/spec/browserName", "value": "firefox"},
+            ]))
+            .unwrap(),
+        )
+    };
+    let err = api_error(
+        browsers
+            .patch("j", &PatchParams::default(), &guarded("edge"))
+            .await,
+    );
+    assert_eq!((err.code, err.reason.as_str()), (422, "Invalid"));
+    let ok = browsers
+        .patch("j", &PatchParams::default(), &guarded("chrome"))
+        .await
+        .unwrap();
+    assert_eq!(ok.data["spec"]["browserName"], "firefox");
+
+    // A `test` for null passes on a missing member, as kube's finalizer helper expects.
+    let add_first = Patch::Json::<()>(
+        serde_json::from_value(json!([
+            {"op": "test", "path": "/metadata/finalizers", "value": null},
+            {"op": "add", "path": "/metadata/finalizers", "value": ["a/b"]},
+        ]))
+        .unwrap(),
+    );
+    let added = browsers
+        .patch("j", &PatchParams::default(), &add_first)
+        .await
+        .unwrap();
+    assert_eq!(finalizers(&added), ["a/b"]);
+    let err = api_error(
+        browsers
+            .patch("j", &PatchParams::default(), &add_first)
+            .await,
+    );
+    assert_eq!(err.code, 422);
+}
+
+#[tokio::test]
+async fn finalizers_hold_deletion_until_removed() {
+    let (_server, _client, browsers) = setup().await;
+    let mut b = browser("f");
+    b["metadata"]["finalizers"] = json!(["browserpod.selenosis.io/finalizer"]);
+    create(&browsers, b).await;
+    let deleted = browsers
+        .delete("f", &DeleteParams::default())
+        .await
+        .unwrap();
+    let marked = deleted.left().unwrap();
+    assert!(marked.metadata.deletion_timestamp.is_some());
+    assert_eq!(marked.metadata.deletion_grace_period_seconds, Some(0));
+    assert_eq!(marked.metadata.generation, Some(2));
+    assert!(browsers.get("f").await.is_ok());
+
+    let add = Patch::Merge(
+        json!({"metadata": {"finalizers": ["browserpod.selenosis.io/finalizer", "x/y"]}}),
+    );
+    let err = api_error(browsers.patch("f", &PatchParams::default(), &add).await);
+    assert_eq!(err.code, 422);
+
+    let clear = Patch::Merge(json!({"metadata": {"finalizers": null}}));
+    browsers
+        .patch("f", &PatchParams::default(), &clear)
+        .await
+        .unwrap();
+    assert_eq!(api_error(browsers.get("f").await).code, 404);
+}
+
+#[tokio::test]
+async fn delete_preconditions_and_dry_run() {
+    let (server, _client, browsers) = setup().await;
+    create(&browsers, browser("d")).await;
+    let wrong = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: Some("nope".into()),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    let err = api_error(browsers.delete("d", &wrong).await);
+    assert_eq!((err.code, err.reason.as_str()), (409, "Conflict"));
+    assert!(
+        err.message
+            .contains("Precondition failed: UID in precondition: nope"),
+        "{}",
+        err.message
+    );
+
+    let rv = server.resource_version();
+    let dry_post = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let made = browsers
+        .create(&dry_post, &obj(browser("ghost")))
+        .await
+        .unwrap();
+    assert_eq!(made.metadata.name.as_deref(), Some("ghost"));
+    browsers
+        .patch(
+            "ghost2",
+            &apply("ctl").dry_run(),
+            &Patch::Apply(browser("ghost2")),
+        )
+        .await
+        .unwrap();
+    let dry_delete = DeleteParams {
+        dry_run: true,
+        ..DeleteParams::default()
+    };
+    browsers.delete("d", &dry_delete).await.unwrap();
+    let dry_patch = PatchParams {
+        dry_run: true,
+        ..PatchParams::default()
+    };
+    browsers
+        .patch(
+            "d",
+            &dry_patch,
+            &Patch::Merge(json!({"spec": {"browserName": "x"}})),
+        )
+        .await
+        .unwrap();
+
+    assert_eq!(server.resource_version(), rv, "dry-run stores nothing");
+    assert_eq!(api_error(browsers.get("ghost").await).code, 404);
+    assert_eq!(api_error(browsers.get("ghost2").await).code, 404);
+    assert_eq!(
+        browsers.get("d").await.unwrap().data["spec"]["browserName"],
+        "chrome"
+    );
+    assert!(
+        server
+            .requests()
+            .iter()
+            .any(|r| r.verb == "delete" && r.dry_run)
+    );
+}
+
+#[tokio::test]
+async fn pods_unbound_go_at_once_bound_ones_wait_for_the_kubelet() {
+    let (_server, client, _) = setup().await;
+    let pods = pods(&client);
+    let created = pods
+        .patch("p", &apply("ctl"), &Patch::Apply(pod("p")))
+        .await
+        .unwrap();
+    assert_eq!(created.data["status"]["phase"], "Pending");
+    assert_eq!(created.data["spec"]["terminationGracePeriodSeconds"], 30);
+    pods.delete("p", &DeleteParams::default()).await.unwrap();
+    assert_eq!(api_error(pods.get("p").await).code, 404);
+
+    create(&pods, pod("q")).await;
+    let binding = json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "q"}, "target": {"kind": "Node", "name": "n1"}});
+    pods.create_subresource::<_, Value>("binding", "q", &PostParams::default(), &binding)
+        .await
+        .unwrap();
+    let again = pods
+        .create_subresource::<_, Value>("binding", "q", &PostParams::default(), &binding)
+        .await;
+    assert_eq!(api_error(again).code, 409);
+    let terminating = pods
+        .delete("q", &DeleteParams::default())
+        .await
+        .unwrap()
+        .left()
+        .unwrap();
+    assert_eq!(terminating.data["spec"]["nodeName"], "n1");
+    assert_eq!(terminating.metadata.deletion_grace_period_seconds, Some(30));
+    assert!(pods.get("q").await.is_ok());
+    pods.delete(
+        "q",
+        &DeleteParams {
+            grace_period_seconds: Some(0),
+            ..DeleteParams::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(api_error(pods.get("q").await).code, 404);
+}
+
+#[tokio::test]
+async fn pod_spec_is_immutable_except_images() {
+    let (_server, client, _) = setup().await;
+    let pods = pods(&client);
+    pods.patch("p", &apply("ctl"), &Patch::Apply(pod("p")))
+        .await
+        .unwrap();
+    let same = pods
+        .patch("p", &apply("ctl"), &Patch::Apply(pod("p")))
+        .await
+        .unwrap();
+    assert_eq!(
+        same.data["spec"]["containers"][0]["imagePullPolicy"],
+        "IfNotPresent"
+    );
+
+    let mut image = pod("p");
+    image["spec"]["containers"][0]["image"] = json!("selenium/standalone-chrome:121.0");
+    pods.patch("p", &apply("ctl"), &Patch::Apply(image))
+        .await
+        .unwrap();
+
+    let mut changed = pod("p");
+    changed["spec"]["containers"][0]["ports"][0]["containerPort"] = json!(5555);
+    let err = api_error(pods.patch("p", &apply("ctl"), &Patch::Apply(changed)).await);
+    assert_eq!((err.code, err.reason.as_str()), (422, "Invalid"));
+    assert!(
+        err.message.starts_with("Pod \"p\" is invalid: spec: Forbidden: pod updates may not change fields other than `spec.containers[*].image`"),
+        "{}",
+        err.message
+    );
+}
+
+#[tokio::test]
+async fn pod_validation_reports_field_errors_like_the_api_server() {
+    let (server, client, _) = setup().await;
+    let pods = pods(&client);
+    let mut bad = pod("v");
+    bad["spec"]["containers"][0]["image"] = json!("");
+    let err = api_error(pods.create(&PostParams::default(), &obj(bad.clone())).await);
+    assert_eq!((err.code, err.reason.as_str()), (422, "Invalid"));
+    assert_eq!(
+        err.message,
+        "Pod \"v\" is invalid: spec.containers[0].image: Required value"
+    );
+    let causes = err.details.unwrap().causes;
+    assert_eq!(causes[0].field, "spec.containers[0].image");
+    assert_eq!(causes[0].reason, "FieldValueRequired");
+
+    // Dry-run apply validates the same way.
+    let dry = api_error(
+        pods.patch("v", &apply("ctl").dry_run(), &Patch::Apply(bad))
+            .await,
+    );
+    assert_eq!(dry.code, 422);
+
+    let mut several = pod("w");
+    several["spec"]["containers"][1]["name"] = json!("browser");
+    several["spec"]["containers"][0]["volumeMounts"] =
+        json!([{"name": "data", "mountPath": "/data"}]);
+    several["spec"]["restartPolicy"] = json!("Sometimes");
+    let err = api_error(pods.create(&PostParams::default(), &obj(several)).await);
+    assert_eq!(
+        err.message,
+        "Pod \"w\" is invalid: [spec.containers[0].volumeMounts[0].name: Not found: \"data\", spec.containers[1].name: Duplicate value: \"browser\", spec.restartPolicy: Unsupported value: \"Sometimes\": supported values: \"Always\", \"OnFailure\", \"Never\"]"
+    );
+
+    let mut quantity = pod("q");
+    quantity["spec"]["containers"][0]["resources"] = json!({"limits": {"memory": "1Gx"}});
+    let err = api_error(pods.create(&PostParams::default(), &obj(quantity)).await);
+    assert_eq!(err.code, 400);
+    assert!(server.list("pods", "default").is_empty());
+}
+
+#[tokio::test]
+async fn injected_faults_fail_matching_requests() {
+    let (server, client, browsers) = setup().await;
+    let pods = pods(&client);
+    server.inject(
+        Fault::new("create", "pods", 403, "Forbidden", "pods \"p\" is forbidden: exceeded quota: q, requested: pods=1, used: pods=1, limited: pods=1")
+            .times(1),
+    );
+    let err = api_error(
+        pods.patch("p", &apply("browser-controller"), &Patch::Apply(pod("p")))
+            .await,
+    );
+    assert_eq!((err.code, err.reason.as_str()), (403, "Forbidden"));
+    assert!(err.message.contains("exceeded quota"));
+    pods.patch("p", &apply("browser-controller"), &Patch::Apply(pod("p")))
+        .await
+        .unwrap();
+
+    server.inject(
+        Fault::new(
+            "get",
+            "browsers",
+            504,
+            "Timeout",
+            "the server was unable to return a response in the time allotted",
+        )
+        .object("default", "b"),
+    );
+    create(&browsers, browser("b")).await;
+    assert_eq!(api_error(browsers.get("b").await).code, 504);
+    assert_eq!(api_error(browsers.get("b").await).code, 504);
+    server.clear_faults();
+    assert!(browsers.get("b").await.is_ok());
+
+    server.inject(
+        Fault::new("patch", "browsers", 500, "InternalError", "boom")
+            .subresource("status")
+            .times(1),
+    );
+    let status = Patch::Merge(json!({"status": {"phase": "Running"}}));
+    let err = api_error(
+        browsers
+            .patch_status("b", &PatchParams::default(), &status)
+            .await,
+    );
+    assert_eq!((err.code, err.message.as_str()), (500, "boom"));
+    browsers
+        .patch("b", &PatchParams::default(), &status)
+        .await
+        .unwrap();
+    browsers
+        .patch_status("b", &PatchParams::default(), &status)
+        .await
+        .unwrap();
+
+    let records = server.requests();
+    let pod_writes: Vec<_> = records
+        .iter()
+        .filter(|r| r.resource == "pods")
+        .map(|r| (r.verb.as_str(), r.patch_type.as_deref(), r.status))
+        .collect();
+    assert_eq!(
+        pod_writes,
+        [("patch", Some("apply"), 403), ("patch", Some("apply"), 201)]
+    );
+    assert_eq!(server.count_writes_by("browser-controller"), 1);
+}
+
+/// Drives a watcher in the background and forwards the names of applied objects.
+fn watch_names(api: Api<DynamicObject>) -> tokio::sync::mpsc::UnboundedReceiver<String> {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut stream = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .applied_objects()
+            .boxed();
+        while let Some(item) = stream.next().await {
+            if let Ok(o) = item
+                && tx.send(o.metadata.name.unwrap()).is_err()
+            {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+async fn recv(rx: &mut tokio::sync::mpsc::UnboundedReceiver<String>) -> String {
+    tokio::time::timeout(Duration::from_secs(10), rx.recv())
+        .await
+        .unwrap()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn watchers_recover_from_dropped_watches_and_compaction() {
+    let (server, client, browsers) = setup().await;
+    let mut names = watch_names(Api::all_with(client, &browser_resource()));
+    create(&browsers, browser("one")).await;
+    assert_eq!(recv(&mut names).await, "one");
+    eventually(async || (server.open_watches() == 1).then_some(())).await;
+
+    server.drop_watches();
+    create(&browsers, browser("two")).await;
+    assert_eq!(recv(&mut names).await, "two");
+    eventually(async || (server.open_watches() == 1).then_some(())).await;
+    let lists = server
+        .requests()
+        .iter()
+        .filter(|r| r.verb == "list")
+        .count();
+    assert_eq!(lists, 1, "a dropped watch resumes from its resourceVersion");
+
+    // Keep the watcher from resuming while "three" is written and the log compacted: its
+    // resumed watch then gets 410 Gone, so it relists and sees everything again.
+    server.inject(Fault::new(
+        "watch",
+        "browsers",
+        500,
+        "InternalError",
+        "etcd unavailable",
+    ));
+    server.drop_watches();
+    eventually(async || {
+        let failed = server
+            .requests()
+            .iter()
+            .any(|r| r.verb == "watch" && r.status == 500);
+        failed.then_some(())
+    })
+    .await;
+    create(&browsers, browser("three")).await;
+    server.compact();
+    server.clear_faults();
+    let mut seen = Vec::new();
+    while seen.len() < 3 {
+        seen.push(recv(&mut names).await);
+    }
+    seen.sort();
+    assert_eq!(seen, ["one", "three", "two"]);
+    let lists = server
+        .requests()
+        .iter()
+        .filter(|r| r.verb == "list")
+        .count();
+    assert_eq!(lists, 2);
+}
+
+#[tokio::test]
+async fn access_reviews_allow_unless_denied() {
+    let (server, client, _) = setup().await;
+    let reviews: Api<DynamicObject> = Api::all_with(
+        client,
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("authorization.k8s.io", "v1", "SelfSubjectAccessReview"),
+            "selfsubjectaccessreviews",
+        ),
+    );
+    let review = |verb: &str| {
+        obj(json!({
+            "apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview", "metadata": {},
+            "spec": {"resourceAttributes": {"verb": verb, "group": "", "resource": "pods"}},
+        }))
+    };
+    let allowed = reviews
+        .create(&PostParams::default(), &review("delete"))
+        .await
+        .unwrap();
+    assert_eq!(allowed.data["status"]["allowed"], true);
+    server.deny("delete", "", "pods");
+    let denied = reviews
+        .create(&PostParams::default(), &review("delete"))
+        .await
+        .unwrap();
+    assert_eq!(denied.data["status"]["allowed"], false);
+}
+
+#[tokio::test]
+async fn many_objects_and_concurrent_watchers() {
+    let (_server, client, browsers) = setup().await;
+    let all = Api::<DynamicObject>::all_with(client, &browser_resource());
+    let watchers: Vec<_> = (0..30)
+        .map(|_| {
+            let all = all.clone();
+            tokio::spawn(async move {
+                let mut seen = std::collections::HashSet::new();
+                let mut s = watcher(all, watcher::Config::default())
+                    .default_backoff()
+                    .applied_objects()
+                    .boxed();
+                while seen.len() < 200 {
+                    let o = s.next().await.unwrap().unwrap();
+                    seen.insert(o.metadata.name.unwrap());
+                }
+                seen.len()
+            })
+        })
+        .collect();
+    let creates: Vec<_> = (0..200)
+        .map(|i| {
+            let browsers = browsers.clone();
+            tokio::spawn(async move {
+                browsers
+                    .patch(
+                        &format!("b{i}"),
+                        &apply("ctl"),
+                        &Patch::Apply(browser(&format!("b{i}"))),
+                    )
+                    .await
+                    .unwrap();
+            })
+        })
+        .collect();
+    for c in creates {
+        c.await.unwrap();
+    }
+    for w in watchers {
+        let n = tokio::time::timeout(Duration::from_secs(30), w)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(n, 200);
+    }
+}
+
+#[tokio::test]
+async fn kubelet_runs_pods_and_confirms_their_deletion() {
+    let (_server, client, _) = setup().await;
+    let kubelet = Kubelet::start(client.clone(), "node-1", Script::Run);
+    kubelet.set("stuck", Script::Unschedulable);
+    let pods = pods(&client);
+    pods.patch(
+        "web",
+        &apply("browser-controller"),
+        &Patch::Apply(pod("web")),
+    )
+    .await
+    .unwrap();
+    pods.patch(
+        "stuck",
+        &apply("browser-controller"),
+        &Patch::Apply(pod("stuck")),
+    )
+    .await
+    .unwrap();
+
+    let running = eventually(async || {
+        let p = pods.get("web").await.ok()?;
+        (p.data["status"]["phase"] == "Running").then_some(p)
+    })
+    .await;
+    assert_eq!(running.data["spec"]["nodeName"], "node-1");
+    assert!(
+        running.data["status"]["podIP"]
+            .as_str()
+            .unwrap()
+            .starts_with("10.")
+    );
+    let states: Vec<_> = running.data["status"]["containerStatuses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["name"].clone(),
+                c["state"].get("running").is_some(),
+                c["ready"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        states,
+        [
+            (json!("browser"), true, json!(true)),
+            (json!("seleniferous"), true, json!(true))
+        ]
+    );
+
+    let unschedulable = eventually(async || {
+        let p = pods.get("stuck").await.ok()?;
+        p.data["status"]["conditions"][0]["reason"]
+            .is_string()
+            .then_some(p)
+    })
+    .await;
+    assert_eq!(
+        unschedulable.data["status"]["conditions"][0]["reason"],
+        "Unschedulable"
+    );
+    assert!(unschedulable.data["spec"].get("nodeName").is_none());
+
+    pods.delete("web", &DeleteParams::default()).await.unwrap();
+    eventually(async || pods.get("web").await.is_err().then_some(())).await;
+}
+
+#[tokio::test]
+async fn kubelet_failure_scripts_reach_their_end_states() {
+    let (_server, client, _) = setup().await;
+    let kubelet = Kubelet::start(client.clone(), "node-1", Script::Run);
+    kubelet.set("pull", Script::ErrImagePull);
+    kubelet.set("oom", Script::OomKilled);
+    kubelet.set("evicted", Script::Evicted);
+    kubelet.set(
+        "exits",
+        Script::ExitAfterRunning {
+            container: "seleniferous".into(),
+            exit_code: 0,
+            after: Duration::from_millis(20),
+        },
+    );
+    kubelet.set("waits", Script::StayPending);
+    kubelet.set("crash", Script::CrashLoopBackOff);
+    kubelet.set("early", Script::TerminatedWhilePending { exit_code: 2 });
+    kubelet.set("done", Script::Succeed);
+    kubelet.set("keep", Script::Run);
+    kubelet.set_deletion("keep", support::kubelet::Deletion::Never);
+    let pods = pods(&client);
+    for name in [
+        "pull", "oom", "evicted", "exits", "waits", "crash", "early", "done", "keep",
+    ] {
+        pods.patch(name, &apply("browser-controller"), &Patch::Apply(pod(name)))
+            .await
+            .unwrap();
+    }
+    let status_of = async |name: &str, check: &dyn Fn(&Value) -> bool| {
+        eventually(async || {
+            let p = pods.get(name).await.ok()?;
+            check(&p.data["status"]).then_some(p.data["status"].clone())
+        })
+        .await
+    };
+    let pull = status_of("pull", &|s| {
+        s["containerStatuses"][0]["state"]["waiting"]["reason"] == "ImagePullBackOff"
+    })
+    .await;
+    assert_eq!(pull["phase"], "Pending");
+    let oom = status_of("oom", &|s| s["phase"] == "Failed").await;
+    assert_eq!(
+        oom["containerStatuses"][0]["state"]["terminated"]["reason"],
+        "OOMKilled"
+    );
+    let evicted = status_of("evicted", &|s| s["phase"] == "Failed").await;
+    assert_eq!(evicted["reason"], "Evicted");
+    let exits = status_of("exits", &|s| {
+        s["containerStatuses"][1]["state"]
+            .get("terminated")
+            .is_some()
+    })
+    .await;
+    assert_eq!(exits["phase"], "Running");
+    assert_eq!(
+        exits["containerStatuses"][1]["state"]["terminated"]["exitCode"],
+        0
+    );
+
+    let crash = status_of("crash", &|s| {
+        s["containerStatuses"][0]["state"].get("waiting").is_some()
+    })
+    .await;
+    assert_eq!(
+        crash["containerStatuses"][0]["state"]["waiting"]["reason"],
+        "CrashLoopBackOff"
+    );
+    assert_eq!(crash["containerStatuses"][0]["restartCount"], 1);
+    let early = status_of("early", &|s| {
+        s["containerStatuses"][0]["state"]
+            .get("terminated")
+            .is_some()
+    })
+    .await;
+    assert_eq!(early["phase"], "Pending");
+    assert_eq!(
+        early["containerStatuses"][0]["state"]["terminated"]["exitCode"],
+        2
+    );
+    let waits = status_of("waits", &|s| s["containerStatuses"].is_array()).await;
+    assert_eq!(
+        waits["containerStatuses"][0]["state"]["waiting"]["reason"],
+        "ContainerCreating"
+    );
+    let done = status_of("done", &|s| s["phase"] == "Succeeded").await;
+    assert_eq!(
+        done["containerStatuses"][1]["state"]["terminated"]["reason"],
+        "Completed"
+    );
+
+    status_of("keep", &|s| s["phase"] == "Running").await;
+    pods.delete("keep", &DeleteParams::default()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let stuck = pods.get("keep").await.unwrap();
+    assert!(
+        stuck.metadata.deletion_timestamp.is_some(),
+        "Deletion::Never leaves the pod terminating"
+    );
+}
+
+#[tokio::test]
+async fn serves_over_tcp_for_other_processes() {
+    let (server, _client, _) = setup().await;
+    let handle = server.serve().await.unwrap();
+    assert!(handle.addr().ip().is_loopback());
+    let dir = std::env::temp_dir().join(format!("apiserver-double-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("kubeconfig");
+    handle.write_kubeconfig(&path).unwrap();
+
+    let kubeconfig = kube::config::Kubeconfig::read_from(&path).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(
+        kubeconfig,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await
+    .unwrap();
+    let client = Client::try_from(config).unwrap();
+    let remote = Api::<DynamicObject>::namespaced_with(client, "default", &browser_resource());
+    create(&remote, browser("tcp")).await;
+    assert!(server.get("browsers", "default", "tcp").is_some());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[tokio::test]
+async fn event_recorder_publishes_and_folds_repeats() {
+    use k8s_openapi::api::core::v1::ObjectReference;
+    use k8s_openapi::api::events::v1::Event as K8sEvent;
+    use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+
+    let (_server, client, browsers) = setup().await;
+    let b = create(&browsers, browser("r")).await;
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "browser-controller".into(),
+            instance: None,
+        },
+    );
+    let reference = ObjectReference {
+        api_version: Some("selenosis.io/v1".into()),
+        kind: Some("Browser".into()),
+        name: b.metadata.name.clone(),
+        namespace: b.metadata.namespace.clone(),
+        uid: b.metadata.uid.clone(),
+        ..ObjectReference::default()
+    };
+    let event = Event {
+        type_: EventType::Normal,
+        reason: "PodCreated".into(),
+        note: Some("pod r created".into()),
+        action: "Create".into(),
+        secondary: None,
+    };
+    recorder.publish(&event, &reference).await.unwrap();
+    recorder.publish(&event, &reference).await.unwrap();
+    let events: Api<K8sEvent> = Api::namespaced(client, "default");
+    let list = events.list(&ListParams::default()).await.unwrap();
+    assert_eq!(list.items.len(), 1);
+    assert_eq!(list.items[0].reason.as_deref(), Some("PodCreated"));
+    assert_eq!(list.items[0].series.as_ref().map(|s| s.count), Some(2));
+}

@@ -1,0 +1,329 @@
+//! An in-process Kubernetes API server double.
+//!
+//! Serves the core resources the operator uses plus any installed CRD, with real API semantics
+//! where the operator depends on them: one global resourceVersion counter, watches with replay,
+//! bookmarks and 410 Gone, server-side apply with per-manager ownership, the status
+//! subresource, finalizers and graceful pod deletion, dry-run, pod validation, discovery.
+//! Talk to it through [`ApiServer::client`] (in process) or [`ApiServer::serve`] (TCP).
+//!
+//! Not emulated: authentication, RBAC (only `SelfSubjectAccessReview` answers), admission
+//! beyond pod defaults, CRD schema validation, garbage collection (like envtest), pagination
+//! (`limit`/`continue` return everything).
+
+mod apply;
+mod error;
+mod resources;
+mod routes;
+mod selector;
+mod store;
+mod validate;
+mod watch;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::sync::oneshot;
+
+pub use error::ApiError;
+use store::{State, WriteOpts};
+
+type Shared = Arc<Mutex<State>>;
+
+/// The state lock; never held across an `.await`.
+fn lock(shared: &Shared) -> MutexGuard<'_, State> {
+    shared.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// An error the next matching requests get instead of being served.
+///
+/// `verb` is the Kubernetes verb (`get`, `list`, `watch`, `create`, `update`, `patch`,
+/// `delete`, `deletecollection`); `create` also matches a server-side apply of an object that
+/// does not exist yet, because admission (quota, policy) sees that as a create.
+#[derive(Clone, Debug)]
+pub struct Fault {
+    pub verb: String,
+    /// `pods`, `browsers` or `browsers.selenosis.io`.
+    pub resource: String,
+    /// `None` matches only the main resource.
+    pub subresource: Option<String>,
+    /// `None` matches any namespace.
+    pub namespace: Option<String>,
+    /// `None` matches any object.
+    pub name: Option<String>,
+    pub status: u16,
+    pub reason: String,
+    pub message: String,
+    /// How many requests fail; `None` for all of them.
+    pub times: Option<usize>,
+}
+
+impl Fault {
+    /// A fault on every matching request until [`ApiServer::clear_faults`].
+    pub fn new(verb: &str, resource: &str, status: u16, reason: &str, message: &str) -> Self {
+        Self {
+            verb: verb.to_string(),
+            resource: resource.to_string(),
+            subresource: None,
+            namespace: None,
+            name: None,
+            status,
+            reason: reason.to_string(),
+            message: message.to_string(),
+            times: None,
+        }
+    }
+
+    /// Fails only the next `n` matching requests.
+    pub fn times(mut self, n: usize) -> Self {
+        self.times = Some(n);
+        self
+    }
+
+    pub fn subresource(mut self, sub: &str) -> Self {
+        self.subresource = Some(sub.to_string());
+        self
+    }
+
+    pub fn object(mut self, namespace: &str, name: &str) -> Self {
+        self.namespace = Some(namespace.to_string());
+        self.name = Some(name.to_string());
+        self
+    }
+}
+
+/// A `SelfSubjectAccessReview` rule answering `allowed: false`; `*` matches anything.
+#[derive(Clone, Debug)]
+pub struct AccessRule {
+    pub verb: String,
+    pub group: String,
+    pub resource: String,
+}
+
+impl AccessRule {
+    fn matches(&self, verb: &str, group: &str, resource: &str) -> bool {
+        let m = |rule: &str, v: &str| rule == "*" || rule == v;
+        m(&self.verb, verb) && m(&self.group, group) && m(&self.resource, resource)
+    }
+}
+
+/// One request as the server saw it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RequestRecord {
+    /// `get`, `list`, `watch`, `create`, `update`, `patch`, `delete`, `deletecollection`, or
+    /// `discovery` for `/version`, `/api*` and `/apis*` documents and unknown paths.
+    pub verb: String,
+    pub group: String,
+    /// Plural; empty for discovery.
+    pub resource: String,
+    pub subresource: Option<String>,
+    pub namespace: Option<String>,
+    pub name: Option<String>,
+    pub field_manager: Option<String>,
+    pub dry_run: bool,
+    /// `apply`, `merge`, `json` or `strategic` for PATCH.
+    pub patch_type: Option<String>,
+    /// HTTP status of the response.
+    pub status: u16,
+    pub path: String,
+}
+
+impl RequestRecord {
+    /// Whether this request changed (or tried to change) stored state.
+    pub fn is_write(&self) -> bool {
+        matches!(
+            self.verb.as_str(),
+            "create" | "update" | "patch" | "delete" | "deletecollection"
+        )
+    }
+}
+
+/// Handle to one API server double; clones share the same state.
+#[derive(Clone)]
+pub struct ApiServer {
+    shared: Shared,
+}
+
+impl Default for ApiServer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ApiServer {
+    /// A server with the built-in resources and the `default` and `kube-system` namespaces.
+    pub fn new() -> Self {
+        Self {
+            shared: Arc::new(Mutex::new(State::new())),
+        }
+    }
+
+    /// `gitVersion` reported by `/version` (default `v1.34.0`).
+    pub fn set_git_version(&self, version: &str) {
+        lock(&self.shared).git_version = version.to_string();
+    }
+
+    /// Interval between watch bookmarks (default 1s; the first comes right away).
+    pub fn set_bookmark_interval(&self, interval: Duration) {
+        lock(&self.shared).bookmark_interval = interval;
+    }
+
+    /// The axum router serving the API.
+    pub fn router(&self) -> axum::Router {
+        routes::router(self.shared.clone())
+    }
+
+    /// A client talking to this server in process. Needs a Tokio runtime.
+    pub fn client(&self) -> kube::Client {
+        kube::Client::new(self.router(), "default")
+    }
+
+    /// Serves the API on `127.0.0.1` on a free port, for clients in other processes.
+    pub async fn serve(&self) -> std::io::Result<ServeHandle> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let (tx, rx) = oneshot::channel::<()>();
+        let router = self.router();
+        tokio::spawn(async move {
+            let shutdown = async {
+                let _ = rx.await;
+            };
+            if let Err(e) = axum::serve(listener, router)
+                .with_graceful_shutdown(shutdown)
+                .await
+            {
+                tracing::warn!(error = %e, "API server double stopped");
+            }
+        });
+        Ok(ServeHandle {
+            addr,
+            shutdown: Some(tx),
+            server: self.clone(),
+        })
+    }
+
+    /// Installs a CustomResourceDefinition (as if created through the API).
+    pub fn install_crd(&self, crd: &Value) -> Result<(), ApiError> {
+        let mut state = lock(&self.shared);
+        let target = state
+            .target_for("customresourcedefinitions", "")
+            .ok_or_else(ApiError::no_route)?;
+        state.create(&target, crd.clone(), &WriteOpts::default())?;
+        Ok(())
+    }
+
+    /// Makes matching requests fail; see [`Fault`].
+    pub fn inject(&self, fault: Fault) {
+        lock(&self.shared).faults.push(fault);
+    }
+
+    pub fn clear_faults(&self) {
+        lock(&self.shared).faults.clear();
+    }
+
+    /// `SelfSubjectAccessReview`s for `verb` on `group`/`resource` answer `allowed: false`.
+    pub fn deny(&self, verb: &str, group: &str, resource: &str) {
+        lock(&self.shared).denials.push(AccessRule {
+            verb: verb.to_string(),
+            group: group.to_string(),
+            resource: resource.to_string(),
+        });
+    }
+
+    /// Closes every open watch stream; clients have to re-watch.
+    pub fn drop_watches(&self) {
+        lock(&self.shared).watchers.clear();
+    }
+
+    /// Number of open watch streams.
+    pub fn open_watches(&self) -> usize {
+        lock(&self.shared).watchers.len()
+    }
+
+    /// Forgets the event log (like an etcd compaction): a watch resuming from any earlier
+    /// resourceVersion gets 410 Gone and the client has to relist.
+    pub fn compact(&self) {
+        lock(&self.shared).compact();
+    }
+
+    /// Every request so far, in order.
+    pub fn requests(&self) -> Vec<RequestRecord> {
+        lock(&self.shared).requests.clone()
+    }
+
+    /// Successful, non-dry-run writes made with `fieldManager=manager`.
+    pub fn count_writes_by(&self, manager: &str) -> usize {
+        lock(&self.shared)
+            .requests
+            .iter()
+            .filter(|r| {
+                r.is_write()
+                    && !r.dry_run
+                    && r.status < 300
+                    && r.field_manager.as_deref() == Some(manager)
+            })
+            .count()
+    }
+
+    /// The stored object; `ns` is empty for cluster-scoped resources.
+    pub fn get(&self, resource: &str, ns: &str, name: &str) -> Option<Value> {
+        let state = lock(&self.shared);
+        let t = state.target_for(resource, ns)?;
+        state.get(&t, name).ok()
+    }
+
+    /// Stored objects of a resource in `ns`, or in all namespaces when `ns` is empty.
+    pub fn list(&self, resource: &str, ns: &str) -> Vec<Value> {
+        let state = lock(&self.shared);
+        let Some(t) = state.target_for(resource, ns) else {
+            return Vec::new();
+        };
+        state
+            .objects_of(&t.def.key(), &t.ns)
+            .into_iter()
+            .map(|o| State::present(&t, o))
+            .collect()
+    }
+
+    /// The current (global) resourceVersion.
+    pub fn resource_version(&self) -> u64 {
+        lock(&self.shared).rv
+    }
+}
+
+/// A served API; stops accepting connections and closes watches when dropped.
+pub struct ServeHandle {
+    addr: SocketAddr,
+    shutdown: Option<oneshot::Sender<()>>,
+    server: ApiServer,
+}
+
+impl ServeHandle {
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Writes a kubeconfig pointing at this server (plain HTTP, no credentials).
+    pub fn write_kubeconfig(&self, path: &Path) -> std::io::Result<()> {
+        let config = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: double\n  cluster:\n    server: {}\ncontexts:\n- name: double\n  context:\n    cluster: double\n    user: double\n    namespace: default\ncurrent-context: double\nusers:\n- name: double\n  user: {{}}\n",
+            self.url()
+        );
+        std::fs::write(path, config)
+    }
+}
+
+impl Drop for ServeHandle {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        self.server.drop_watches();
+    }
+}

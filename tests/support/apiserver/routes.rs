@@ -1,0 +1,537 @@
+//! HTTP layer: path and verb parsing, fault injection, request records, and the dispatch to
+//! the store. One fallback handler parses paths itself, because resource paths depend on the
+//! CRDs installed at run time.
+
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Query, Request, State as AxumState};
+use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::response::Response;
+use serde_json::Value;
+
+use super::error::ApiError;
+use super::resources;
+use super::selector::{FieldSelector, LabelSelector};
+use super::store::{DeleteOpts, PatchType, State, Target, WriteOpts};
+use super::watch::{self, WatchParams, WatchStream};
+use super::{RequestRecord, Shared, lock};
+
+const MAX_BODY: usize = 16 << 20;
+/// The apiserver's default watch timeout lies between 30 and 60 minutes.
+const DEFAULT_WATCH_TIMEOUT: Duration = Duration::from_secs(1800);
+
+pub fn router(shared: Shared) -> Router {
+    Router::new().fallback(handle).with_state(shared)
+}
+
+enum Outcome {
+    Reply(u16, Value),
+    Watch(Box<WatchStream>),
+}
+
+impl From<ApiError> for Outcome {
+    fn from(e: ApiError) -> Self {
+        Outcome::Reply(e.code, e.to_status())
+    }
+}
+
+fn json_response(code: u16, body: &Value) -> Response {
+    let mut response = Response::new(Body::from(serde_json::to_vec(body).unwrap_or_default()));
+    *response.status_mut() =
+        StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+async fn handle(AxumState(shared): AxumState<Shared>, req: Request) -> Response {
+    let (parts, body) = req.into_parts();
+    let bytes = match axum::body::to_bytes(body, MAX_BODY).await {
+        Ok(b) => b,
+        Err(e) => {
+            return json_response(400, &ApiError::bad_request(e.to_string()).to_status());
+        }
+    };
+    let query = Query::<Vec<(String, String)>>::try_from_uri(&parts.uri)
+        .map(|q| q.0)
+        .unwrap_or_default();
+    let request = Incoming {
+        method: &parts.method,
+        path: parts.uri.path(),
+        query: &query,
+        headers: &parts.headers,
+        body: &bytes,
+    };
+    let outcome = {
+        let mut state = lock(&shared);
+        request.serve(&mut state)
+    };
+    match outcome {
+        Outcome::Reply(code, body) => json_response(code, &body),
+        Outcome::Watch(ws) => {
+            let mut response = Response::new(watch::body(shared, *ws));
+            response.headers_mut().insert(
+                header::CONTENT_TYPE,
+                header::HeaderValue::from_static("application/json"),
+            );
+            response
+        }
+    }
+}
+
+enum Route<'a> {
+    Version,
+    CoreVersions,
+    Groups,
+    Group(&'a str),
+    Resources(&'a str, &'a str),
+    Resource(ResourcePath<'a>),
+}
+
+struct ResourcePath<'a> {
+    group: &'a str,
+    version: &'a str,
+    ns: Option<&'a str>,
+    plural: &'a str,
+    name: Option<&'a str>,
+    sub: Option<&'a str>,
+}
+
+fn resource_path<'a>(group: &'a str, version: &'a str, rest: &[&'a str]) -> Option<Route<'a>> {
+    let path = |ns, plural, name, sub| {
+        Some(Route::Resource(ResourcePath {
+            group,
+            version,
+            ns,
+            plural,
+            name,
+            sub,
+        }))
+    };
+    match rest {
+        // `namespaces/NAME/status` is the namespace's subresource, not a resource in it.
+        ["namespaces", name, sub @ ("status" | "finalize")] if group.is_empty() => {
+            path(None, "namespaces", Some(*name), Some(*sub))
+        }
+        ["namespaces", ns, plural] => path(Some(*ns), plural, None, None),
+        ["namespaces", ns, plural, name] => path(Some(*ns), plural, Some(*name), None),
+        ["namespaces", ns, plural, name, sub] => path(Some(*ns), plural, Some(*name), Some(*sub)),
+        [plural] => path(None, plural, None, None),
+        [plural, name] => path(None, plural, Some(*name), None),
+        [plural, name, sub] => path(None, plural, Some(*name), Some(*sub)),
+        _ => None,
+    }
+}
+
+fn parse_path(path: &str) -> Option<Route<'_>> {
+    let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    match segs.as_slice() {
+        ["version"] => Some(Route::Version),
+        ["api"] => Some(Route::CoreVersions),
+        ["apis"] => Some(Route::Groups),
+        ["apis", group] => Some(Route::Group(group)),
+        ["api", version] => Some(Route::Resources("", version)),
+        ["apis", group, version] => Some(Route::Resources(group, version)),
+        ["api", version, rest @ ..] => resource_path("", version, rest),
+        ["apis", group, version, rest @ ..] => resource_path(group, version, rest),
+        _ => None,
+    }
+}
+
+struct Incoming<'a> {
+    method: &'a Method,
+    path: &'a str,
+    query: &'a [(String, String)],
+    headers: &'a HeaderMap,
+    body: &'a [u8],
+}
+
+/// A request after routing, with what the record and fault matching need.
+struct Call {
+    verb: &'static str,
+    target: Target,
+    name: Option<String>,
+    patch_type: Option<PatchType>,
+}
+
+impl Incoming<'_> {
+    fn param(&self, key: &str) -> Option<&str> {
+        self.query
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn flag(&self, key: &str) -> bool {
+        self.param(key) == Some("true")
+    }
+
+    fn record(&self, state: &mut State, call: Option<&Call>, code: u16) {
+        let field_manager = self.param("fieldManager").map(str::to_string);
+        let dry_run = if self.method == Method::DELETE {
+            self.delete_opts().is_ok_and(|o| o.dry_run)
+        } else {
+            self.param("dryRun") == Some("All")
+        };
+        state.requests.push(match call {
+            Some(c) => RequestRecord {
+                verb: c.verb.to_string(),
+                group: c.target.def.group.clone(),
+                resource: c.target.def.plural.clone(),
+                subresource: c.target.sub.clone(),
+                namespace: (!c.target.ns.is_empty()).then(|| c.target.ns.clone()),
+                name: c.name.clone(),
+                field_manager,
+                dry_run,
+                patch_type: c.patch_type.map(|p| p.as_str().to_string()),
+                status: code,
+                path: self.path.to_string(),
+            },
+            None => RequestRecord {
+                verb: "discovery".to_string(),
+                group: String::new(),
+                resource: String::new(),
+                subresource: None,
+                namespace: None,
+                name: None,
+                field_manager,
+                dry_run,
+                patch_type: None,
+                status: code,
+                path: self.path.to_string(),
+            },
+        });
+    }
+
+    fn serve(&self, state: &mut State) -> Outcome {
+        let Some(route) = parse_path(self.path) else {
+            self.record(state, None, 404);
+            return ApiError::no_route().into();
+        };
+        let aggregated = self
+            .headers
+            .get(header::ACCEPT)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|a| a.contains("as=APIGroupDiscoveryList"));
+        let doc = match route {
+            Route::Version => Some(resources::version_info(&state.git_version)),
+            Route::CoreVersions if aggregated => Some(resources::aggregated(&state.defs, true)),
+            Route::CoreVersions => Some(resources::core_versions()),
+            Route::Groups if aggregated => Some(resources::aggregated(&state.defs, false)),
+            Route::Groups => Some(resources::group_list(&state.defs)),
+            Route::Group(g) => resources::group(&state.defs, g),
+            Route::Resources(g, v) => resources::resource_list(&state.defs, g, v),
+            Route::Resource(rp) => return self.serve_resource(state, &rp),
+        };
+        match doc {
+            Some(doc) if self.method == Method::GET => {
+                self.record(state, None, 200);
+                Outcome::Reply(200, doc)
+            }
+            Some(_) => {
+                self.record(state, None, 405);
+                ApiError::method_not_allowed(
+                    "the server does not allow this method on the requested resource",
+                )
+                .into()
+            }
+            None => {
+                self.record(state, None, 404);
+                ApiError::no_route().into()
+            }
+        }
+    }
+
+    fn call(&self, state: &State, rp: &ResourcePath) -> Result<Call, ApiError> {
+        let def = state
+            .def(rp.group, rp.version, rp.plural)
+            .ok_or_else(ApiError::no_route)?;
+        // A namespaced object needs a namespace; a cluster-scoped one must not have one.
+        if (def.namespaced && rp.ns.is_none() && rp.name.is_some())
+            || (!def.namespaced && rp.ns.is_some())
+        {
+            return Err(ApiError::no_route());
+        }
+        match rp.sub {
+            None => {}
+            Some("status") if def.has_status(rp.version) => {}
+            Some("binding") if def.special == resources::Special::Pod => {}
+            Some(_) => return Err(ApiError::no_route()),
+        }
+        let named = rp.name.is_some();
+        let (verb, patch_type) = match (self.method.as_str(), named, rp.sub) {
+            ("GET", true, _) => ("get", None),
+            ("GET", false, _) if self.flag("watch") => ("watch", None),
+            ("GET", false, _) => ("list", None),
+            ("POST", false, _) | ("POST", true, Some("binding")) => ("create", None),
+            ("PUT", true, _) => ("update", None),
+            ("PATCH", true, _) => {
+                let ct = self
+                    .headers
+                    .get(header::CONTENT_TYPE)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("");
+                let pt = PatchType::from_content_type(ct).ok_or_else(|| {
+                    ApiError::new(
+                        415,
+                        "UnsupportedMediaType",
+                        format!("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, got {ct}"),
+                    )
+                })?;
+                ("patch", Some(pt))
+            }
+            ("DELETE", true, None) => ("delete", None),
+            ("DELETE", false, None) => ("deletecollection", None),
+            _ => {
+                return Err(ApiError::method_not_allowed(
+                    "the server does not allow this method on the requested resource",
+                ));
+            }
+        };
+        // Across all namespaces a namespaced resource can only be listed and watched.
+        let everywhere = def.namespaced && rp.ns.is_none();
+        if !def.verbs().contains(&verb) || (everywhere && !matches!(verb, "list" | "watch")) {
+            return Err(ApiError::method_not_allowed(
+                "the server does not allow this method on the requested resource",
+            ));
+        }
+        Ok(Call {
+            verb,
+            target: Target {
+                ns: rp.ns.unwrap_or("").to_string(),
+                def,
+                version: rp.version.to_string(),
+                sub: rp.sub.map(str::to_string),
+            },
+            name: rp.name.map(str::to_string),
+            patch_type,
+        })
+    }
+
+    fn serve_resource(&self, state: &mut State, rp: &ResourcePath) -> Outcome {
+        let call = match self.call(state, rp) {
+            Ok(c) => c,
+            Err(e) => {
+                self.record(state, None, e.code);
+                return e.into();
+            }
+        };
+        let outcome = match self.fault(state, &call) {
+            Some(e) => e.into(),
+            None => match self.execute(state, &call) {
+                Ok(o) => o,
+                Err(e) => e.into(),
+            },
+        };
+        let code = match &outcome {
+            Outcome::Reply(code, _) => *code,
+            Outcome::Watch(_) => 200,
+        };
+        self.record(state, Some(&call), code);
+        outcome
+    }
+
+    /// The first matching injected fault, consumed.
+    fn fault(&self, state: &mut State, call: &Call) -> Option<ApiError> {
+        let t = &call.target;
+        // Admission sees an apply of an absent object as a create.
+        let creates = call.verb == "create"
+            || (call.patch_type == Some(PatchType::Apply)
+                && call
+                    .name
+                    .as_deref()
+                    .is_some_and(|n| state.stored(&t.def.key(), &t.ns, n).is_none()));
+        let key = t.def.key();
+        let idx = state.faults.iter().position(|f| {
+            state.resolve(&f.resource).is_some_and(|d| d.key() == key)
+                && (f.verb == call.verb || (f.verb == "create" && creates))
+                && f.subresource == t.sub
+                && f.namespace.as_ref().is_none_or(|ns| *ns == t.ns)
+                && f.name
+                    .as_ref()
+                    .is_none_or(|n| Some(n) == call.name.as_ref())
+                && f.times != Some(0)
+        })?;
+        let fault = &mut state.faults[idx];
+        if let Some(n) = fault.times.as_mut() {
+            *n -= 1;
+        }
+        let err = ApiError::new(fault.status, &fault.reason, fault.message.clone()).with_details(
+            serde_json::json!({
+                "name": call.name.clone().unwrap_or_default(),
+                "group": t.def.group,
+                "kind": t.def.plural,
+            }),
+        );
+        if fault.times == Some(0) {
+            state.faults.remove(idx);
+        }
+        Some(err)
+    }
+
+    fn body_json(&self, verb_apply: bool) -> Result<Value, ApiError> {
+        if self.body.is_empty() {
+            return Ok(Value::Null);
+        }
+        match serde_json::from_slice(self.body) {
+            Ok(v) => Ok(v),
+            // Apply bodies are YAML (kube sends JSON, which is YAML too).
+            Err(e) if verb_apply => std::str::from_utf8(self.body)
+                .ok()
+                .and_then(|s| serde_saphyr::from_str::<Value>(s).ok())
+                .ok_or_else(|| ApiError::bad_request(e.to_string())),
+            Err(e) => Err(ApiError::bad_request(e.to_string())),
+        }
+    }
+
+    fn selectors(&self, t: &Target) -> Result<(LabelSelector, FieldSelector), ApiError> {
+        let labels = LabelSelector::parse(self.param("labelSelector").unwrap_or(""))
+            .map_err(ApiError::bad_request)?;
+        let fields = FieldSelector::parse(
+            self.param("fieldSelector").unwrap_or(""),
+            &t.def.plural,
+            &t.def.group,
+        )
+        .map_err(ApiError::bad_request)?;
+        Ok((labels, fields))
+    }
+
+    fn write_opts(&self) -> WriteOpts {
+        WriteOpts {
+            manager: self.param("fieldManager").map(str::to_string),
+            dry_run: self.param("dryRun") == Some("All"),
+            force: self.flag("force"),
+        }
+    }
+
+    fn delete_opts(&self) -> Result<DeleteOpts, ApiError> {
+        let body = self.body_json(false)?;
+        let grace = body["gracePeriodSeconds"].as_i64().or_else(|| {
+            self.param("gracePeriodSeconds")
+                .and_then(|g| g.parse().ok())
+        });
+        let text = |v: &Value| v.as_str().filter(|s| !s.is_empty()).map(str::to_string);
+        Ok(DeleteOpts {
+            grace,
+            uid: text(&body["preconditions"]["uid"]),
+            resource_version: text(&body["preconditions"]["resourceVersion"]),
+            dry_run: self.param("dryRun") == Some("All")
+                || body["dryRun"]
+                    .as_array()
+                    .is_some_and(|d| d.iter().any(|x| x == "All")),
+        })
+    }
+
+    fn execute(&self, state: &mut State, call: &Call) -> Result<Outcome, ApiError> {
+        let t = &call.target;
+        let name = call.name.as_deref().unwrap_or("");
+        let reply = |v: Value| Ok(Outcome::Reply(200, v));
+        match call.verb {
+            "get" => reply(state.get(t, name)?),
+            "list" => {
+                let (labels, fields) = self.selectors(t)?;
+                reply(state.list(t, |o| labels.matches(o) && fields.matches(o)))
+            }
+            "watch" => {
+                let (labels, fields) = self.selectors(t)?;
+                let resource_version = match self.param("resourceVersion").filter(|s| !s.is_empty())
+                {
+                    None => None,
+                    Some(rv) => Some(rv.parse::<u64>().map_err(|_| {
+                        ApiError::bad_request(format!("invalid resource version: {rv}"))
+                    })?),
+                };
+                let timeout = self
+                    .param("timeoutSeconds")
+                    .and_then(|s| s.parse().ok())
+                    .map(Duration::from_secs)
+                    .unwrap_or(DEFAULT_WATCH_TIMEOUT);
+                let params = WatchParams {
+                    resource_version,
+                    labels,
+                    fields,
+                    timeout,
+                    bookmarks: self.flag("allowWatchBookmarks"),
+                    send_initial_events: self.flag("sendInitialEvents"),
+                };
+                Ok(Outcome::Watch(Box::new(
+                    state.start_watch(t.clone(), params),
+                )))
+            }
+            "create" => {
+                let body = self.body_json(false)?;
+                if t.sub.as_deref() == Some("binding") {
+                    return Ok(Outcome::Reply(
+                        201,
+                        state.bind(t, name, &body, &self.write_opts())?,
+                    ));
+                }
+                Ok(Outcome::Reply(
+                    201,
+                    state.create(t, body, &self.write_opts())?,
+                ))
+            }
+            "update" => {
+                reply(state.replace(t, name, self.body_json(false)?, &self.write_opts())?)
+            }
+            "patch" => {
+                let pt = call.patch_type.unwrap_or(PatchType::Merge);
+                let opts = self.write_opts();
+                // PatchOptions validation comes before the object is looked up.
+                if pt == PatchType::Apply && opts.manager.as_deref().is_none_or(str::is_empty) {
+                    return Err(patch_options_invalid(
+                        "fieldManager",
+                        "FieldValueRequired",
+                        "Required value: is required for apply patch",
+                    ));
+                }
+                if pt != PatchType::Apply && self.param("force").is_some() {
+                    return Err(patch_options_invalid(
+                        "force",
+                        "FieldValueForbidden",
+                        "Forbidden: may not be specified for non-apply patch",
+                    ));
+                }
+                let body = self.body_json(pt == PatchType::Apply)?;
+                let existed = state.stored(&t.def.key(), &t.ns, name).is_some();
+                let obj = state.patch(t, name, pt, body, &opts)?;
+                // An apply that creates answers 201 Created.
+                let code = if pt == PatchType::Apply && !existed && !opts.dry_run {
+                    201
+                } else {
+                    200
+                };
+                Ok(Outcome::Reply(code, obj))
+            }
+            "delete" => reply(state.delete(t, name, &self.delete_opts()?)?),
+            "deletecollection" => {
+                let (labels, fields) = self.selectors(t)?;
+                let opts = self.delete_opts()?;
+                reply(state.delete_collection(
+                    t,
+                    |o| labels.matches(o) && fields.matches(o),
+                    &opts,
+                )?)
+            }
+            _ => Err(ApiError::method_not_allowed("unsupported verb")),
+        }
+    }
+}
+
+/// `PatchOptions.meta.k8s.io "" is invalid: ...` (422), from `ValidatePatchOptions`.
+fn patch_options_invalid(field: &str, reason: &str, message: &str) -> ApiError {
+    ApiError::new(
+        422,
+        "Invalid",
+        format!("PatchOptions.meta.k8s.io \"\" is invalid: {field}: {message}"),
+    )
+    .with_details(serde_json::json!({
+        "group": "meta.k8s.io",
+        "kind": "PatchOptions",
+        "causes": [{"reason": reason, "message": message, "field": field}],
+    }))
+}

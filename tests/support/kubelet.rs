@@ -1,0 +1,646 @@
+//! A kubelet (and scheduler) simulator working only through a `kube::Client`, so it drives pods
+//! the same way on the API server double and on a real control plane without nodes.
+//!
+//! It watches the operator's pods, binds pending ones to its node and walks their status
+//! through a [`Script`] with merge patches on `pods/NAME/status`; when a pod gets a
+//! deletionTimestamp it confirms the deletion with `gracePeriodSeconds=0` like a kubelet whose
+//! containers stopped.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use browser_controller::api::keys;
+use futures::StreamExt;
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams,
+    PostParams, Preconditions,
+};
+use kube::runtime::{WatchStreamExt, watcher};
+use serde_json::{Value, json};
+use tokio::task::{AbortHandle, JoinHandle, JoinSet};
+
+/// What happens to a pod after it appears.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Script {
+    /// Bound, Pending with ContainerCreating, then Running with a pod IP and Ready.
+    Run,
+    /// Bound, Pending with ContainerCreating forever.
+    StayPending,
+    /// The browser container waits with ErrImagePull, then ImagePullBackOff.
+    ErrImagePull,
+    /// The browser container crashed once and waits with CrashLoopBackOff.
+    CrashLoopBackOff,
+    /// The browser container terminates before the pod ever runs.
+    TerminatedWhilePending { exit_code: i32 },
+    /// Runs, then the browser container is OOM-killed and the pod fails.
+    OomKilled,
+    /// Runs, then the pod is evicted for memory pressure.
+    Evicted,
+    /// Runs, then `container` exits with `exit_code` after `after`.
+    ExitAfterRunning {
+        container: String,
+        exit_code: i32,
+        after: Duration,
+    },
+    /// Never bound: PodScheduled=False, reason Unschedulable.
+    Unschedulable,
+    /// Runs, then every container completes and the pod succeeds.
+    Succeed,
+}
+
+/// What happens when a pod gets a deletionTimestamp.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Deletion {
+    /// DELETE with `gracePeriodSeconds=0` after min(grace period, `max_deletion_delay`).
+    AfterGrace,
+    /// Never confirmed: the pod stays Terminating.
+    Never,
+}
+
+#[derive(Clone, Debug)]
+pub struct KubeletConfig {
+    /// Pause between two status steps.
+    pub step_delay: Duration,
+    /// Upper bound of the wait before confirming a deletion.
+    pub max_deletion_delay: Duration,
+    /// Deletion behaviour of pods without an override.
+    pub deletion: Deletion,
+}
+
+impl Default for KubeletConfig {
+    fn default() -> Self {
+        Self {
+            step_delay: Duration::from_millis(5),
+            max_deletion_delay: Duration::from_millis(50),
+            deletion: Deletion::AfterGrace,
+        }
+    }
+}
+
+struct Shared {
+    node: String,
+    default: Script,
+    config: KubeletConfig,
+    scripts: Mutex<HashMap<String, Script>>,
+    deletions: Mutex<HashMap<String, Deletion>>,
+}
+
+impl Shared {
+    fn script(&self, pod: &str) -> Script {
+        let scripts = self.scripts.lock().unwrap_or_else(PoisonError::into_inner);
+        scripts
+            .get(pod)
+            .cloned()
+            .unwrap_or_else(|| self.default.clone())
+    }
+
+    fn deletion(&self, pod: &str) -> Deletion {
+        let deletions = self
+            .deletions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        deletions.get(pod).copied().unwrap_or(self.config.deletion)
+    }
+}
+
+pub struct Kubelet;
+
+impl Kubelet {
+    /// Starts a kubelet for `node_name` running `default` for every pod without an override.
+    pub fn start(client: kube::Client, node_name: &str, default: Script) -> KubeletHandle {
+        Self::start_with(client, node_name, default, KubeletConfig::default())
+    }
+
+    pub fn start_with(
+        client: kube::Client,
+        node_name: &str,
+        default: Script,
+        config: KubeletConfig,
+    ) -> KubeletHandle {
+        let shared = Arc::new(Shared {
+            node: node_name.to_string(),
+            default,
+            config,
+            scripts: Mutex::new(HashMap::new()),
+            deletions: Mutex::new(HashMap::new()),
+        });
+        let task = tokio::spawn(run(client, shared.clone()));
+        KubeletHandle { shared, task }
+    }
+}
+
+/// Stops the simulator (and every pod script) when dropped.
+pub struct KubeletHandle {
+    shared: Arc<Shared>,
+    task: JoinHandle<()>,
+}
+
+impl KubeletHandle {
+    /// The script of the pod named `pod` (any namespace); set it before the pod appears.
+    pub fn set(&self, pod: &str, script: Script) {
+        let mut scripts = self
+            .shared
+            .scripts
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        scripts.insert(pod.to_string(), script);
+    }
+
+    /// The deletion behaviour of the pod named `pod`.
+    pub fn set_deletion(&self, pod: &str, deletion: Deletion) {
+        let mut deletions = self
+            .shared
+            .deletions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        deletions.insert(pod.to_string(), deletion);
+    }
+}
+
+impl Drop for KubeletHandle {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn pod_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("", "v1", "Pod"), "pods")
+}
+
+fn node_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("", "v1", "Node"), "nodes")
+}
+
+/// Registers the Node when the server serves nodes; failures (403 on a locked-down cluster,
+/// 409 when it exists) leave pods still bindable by name.
+async fn register_node(client: &kube::Client, node: &str) {
+    let Ok(core) = client.list_core_api_resources("v1").await else {
+        return;
+    };
+    if !core.resources.iter().any(|r| r.name == "nodes") {
+        return;
+    }
+    let nodes: Api<DynamicObject> = Api::all_with(client.clone(), &node_resource());
+    let mut obj = DynamicObject::new(node, &node_resource()).data(json!({
+        "spec": {},
+        "status": {
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "kubelet is posting ready status"}],
+            "addresses": [{"type": "InternalIP", "address": "10.0.0.1"}, {"type": "Hostname", "address": node}],
+            "capacity": {"cpu": "8", "memory": "32Gi", "pods": "110"},
+            "allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110"},
+        },
+    }));
+    obj.metadata.labels = Some(
+        [
+            ("kubernetes.io/hostname".to_string(), node.to_string()),
+            ("kubernetes.io/os".to_string(), "linux".to_string()),
+        ]
+        .into(),
+    );
+    if let Err(e) = nodes.create(&PostParams::default(), &obj).await {
+        tracing::debug!(error = %e, node, "node registration");
+    }
+}
+
+/// Per-pod bookkeeping, by uid.
+#[derive(Default)]
+struct Tracked {
+    script: Option<AbortHandle>,
+    deleting: bool,
+}
+
+async fn run(client: kube::Client, shared: Arc<Shared>) {
+    register_node(&client, &shared.node).await;
+    let pods: Api<DynamicObject> = Api::all_with(client.clone(), &pod_resource());
+    let config = watcher::Config::default().labels(&keys::managed_pods_selector());
+    let mut events = watcher(pods, config).default_backoff().boxed();
+    let mut tracked: HashMap<String, Tracked> = HashMap::new();
+    let mut tasks = JoinSet::new();
+    loop {
+        tokio::select! {
+            event = events.next() => match event {
+                Some(Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod))) => {
+                    on_pod(&client, &shared, &mut tracked, &mut tasks, pod);
+                }
+                Some(Ok(watcher::Event::Delete(pod))) => {
+                    if let Some(t) = pod.metadata.uid.as_ref().and_then(|uid| tracked.remove(uid))
+                        && let Some(script) = t.script
+                    {
+                        script.abort();
+                    }
+                }
+                Some(Ok(_)) => {}
+                Some(Err(e)) => tracing::debug!(error = %e, "kubelet pod watch"),
+                None => return,
+            },
+            Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+        }
+    }
+}
+
+fn on_pod(
+    client: &kube::Client,
+    shared: &Arc<Shared>,
+    tracked: &mut HashMap<String, Tracked>,
+    tasks: &mut JoinSet<()>,
+    pod: DynamicObject,
+) {
+    let (Some(uid), Some(ns), Some(name)) = (
+        pod.metadata.uid.clone(),
+        pod.metadata.namespace.clone(),
+        pod.metadata.name.clone(),
+    ) else {
+        return;
+    };
+    let node = pod.data["spec"]["nodeName"].as_str().unwrap_or("");
+    if !node.is_empty() && node != shared.node {
+        return;
+    }
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &pod_resource());
+    let entry = tracked.entry(uid.clone()).or_default();
+    if pod.metadata.deletion_timestamp.is_some() {
+        if !entry.deleting {
+            entry.deleting = true;
+            if let Some(script) = entry.script.take() {
+                script.abort();
+            }
+            if shared.deletion(&name) == Deletion::AfterGrace {
+                let grace = pod.metadata.deletion_grace_period_seconds.unwrap_or(0);
+                let wait = Duration::from_secs(u64::try_from(grace).unwrap_or(0))
+                    .min(shared.config.max_deletion_delay);
+                tasks.spawn(confirm_deletion(api, name, uid, wait));
+            }
+        }
+    } else if entry.script.is_none() && !entry.deleting {
+        let walk = Walk {
+            api,
+            name: name.clone(),
+            containers: containers(&pod.data),
+            node: shared.node.clone(),
+            step: shared.config.step_delay,
+            ip: next_pod_ip(),
+        };
+        entry.script = Some(tasks.spawn(walk.run(shared.script(&name))));
+    }
+}
+
+/// A kubelet's last word on a pod whose containers stopped.
+async fn confirm_deletion(api: Api<DynamicObject>, name: String, uid: String, wait: Duration) {
+    tokio::time::sleep(wait).await;
+    let params = DeleteParams {
+        grace_period_seconds: Some(0),
+        preconditions: Some(Preconditions {
+            uid: Some(uid),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    if let Err(e) = api.delete(&name, &params).await {
+        tracing::debug!(error = %e, pod = name, "kubelet deletion");
+    }
+}
+
+/// Unique pod IPs across every simulated node of the process.
+fn next_pod_ip() -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0x01_01_02);
+    loop {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let last = n & 0xff;
+        if (2..=254).contains(&last) {
+            return format!("10.{}.{}.{last}", (n >> 16) & 0xff, (n >> 8) & 0xff);
+        }
+    }
+}
+
+fn containers(pod: &Value) -> Vec<(String, String)> {
+    pod["spec"]["containers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| {
+            (
+                c["name"].as_str().unwrap_or("").to_string(),
+                c["image"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect()
+}
+
+fn now() -> String {
+    jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
+}
+
+fn waiting(reason: &str, message: &str) -> Value {
+    let mut w = json!({"reason": reason});
+    if !message.is_empty() {
+        w["message"] = json!(message);
+    }
+    json!({"waiting": w})
+}
+
+fn running(since: &str) -> Value {
+    json!({"running": {"startedAt": since}})
+}
+
+fn terminated(exit_code: i32, reason: &str, since: &str) -> Value {
+    json!({"terminated": {"exitCode": exit_code, "reason": reason, "startedAt": since, "finishedAt": now()}})
+}
+
+fn exit_reason(exit_code: i32) -> &'static str {
+    if exit_code == 0 { "Completed" } else { "Error" }
+}
+
+fn condition(kind: &str, ok: bool) -> Value {
+    json!({"type": kind, "status": if ok { "True" } else { "False" }, "lastProbeTime": null, "lastTransitionTime": now()})
+}
+
+/// One pod's walk through its script.
+struct Walk {
+    api: Api<DynamicObject>,
+    name: String,
+    containers: Vec<(String, String)>,
+    node: String,
+    step: Duration,
+    ip: String,
+}
+
+impl Walk {
+    /// The critical container the failure scripts act on: `browser`, else the first one.
+    fn browser(&self) -> String {
+        self.containers
+            .iter()
+            .find(|(n, _)| n == keys::BROWSER_CONTAINER)
+            .or(self.containers.first())
+            .map(|(n, _)| n.clone())
+            .unwrap_or_default()
+    }
+
+    fn image(&self, container: &str) -> String {
+        self.containers
+            .iter()
+            .find(|(n, _)| n == container)
+            .map(|(_, i)| i.clone())
+            .unwrap_or_default()
+    }
+
+    /// Container statuses from one state per container (`state_of` returns state, ready,
+    /// restartCount, lastState).
+    fn statuses(&self, state_of: impl Fn(&str) -> (Value, bool, u32, Value)) -> Value {
+        let list: Vec<Value> = self
+            .containers
+            .iter()
+            .enumerate()
+            .map(|(i, (name, image))| {
+                let (state, ready, restarts, last) = state_of(name);
+                let started = state.get("running").is_some();
+                json!({
+                    "name": name,
+                    "image": image,
+                    "imageID": "",
+                    "containerID": format!("containerd://{:064x}", i + 1),
+                    "ready": ready,
+                    "started": started,
+                    "restartCount": restarts,
+                    "state": state,
+                    "lastState": last,
+                })
+            })
+            .collect();
+        Value::Array(list)
+    }
+
+    async fn status(&self, status: Value) -> bool {
+        let patch = Patch::Merge(json!({"status": status}));
+        match self
+            .api
+            .patch_status(&self.name, &PatchParams::default(), &patch)
+            .await
+        {
+            Ok(_) => true,
+            Err(e) => {
+                tracing::debug!(error = %e, pod = self.name, "kubelet status update");
+                false
+            }
+        }
+    }
+
+    async fn pause(&self) {
+        tokio::time::sleep(self.step).await;
+    }
+
+    async fn bind(&self) -> bool {
+        let binding = json!({
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": self.name},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": self.node},
+        });
+        match self
+            .api
+            .create_subresource::<_, Value>("binding", &self.name, &PostParams::default(), &binding)
+            .await
+        {
+            Ok(_) => true,
+            // Someone else (a real scheduler) bound it first.
+            Err(kube::Error::Api(s)) if s.code == 409 => true,
+            Err(e) => {
+                tracing::debug!(error = %e, pod = self.name, "kubelet binding");
+                false
+            }
+        }
+    }
+
+    fn base(&self, phase: &str, started: &str, conditions: Value, statuses: Value) -> Value {
+        json!({
+            "phase": phase,
+            "hostIP": "10.0.0.1",
+            "hostIPs": [{"ip": "10.0.0.1"}],
+            "startTime": started,
+            "conditions": conditions,
+            "containerStatuses": statuses,
+        })
+    }
+
+    fn pending_conditions() -> Value {
+        json!([
+            condition("PodReadyToStartContainers", false),
+            condition("Initialized", true),
+            condition("Ready", false),
+            condition("ContainersReady", false),
+            condition("PodScheduled", true),
+        ])
+    }
+
+    fn running_status(&self, started: &str, ready: bool) -> Value {
+        let mut s = self.base(
+            "Running",
+            started,
+            json!([
+                condition("PodReadyToStartContainers", true),
+                condition("Initialized", true),
+                condition("Ready", ready),
+                condition("ContainersReady", ready),
+                condition("PodScheduled", true),
+            ]),
+            self.statuses(|_| (running(started), true, 0, json!({}))),
+        );
+        s["podIP"] = json!(self.ip);
+        s["podIPs"] = json!([{"ip": self.ip}]);
+        s
+    }
+
+    async fn run(self, script: Script) {
+        self.pause().await;
+        if script == Script::Unschedulable {
+            let mut scheduled = condition("PodScheduled", false);
+            scheduled["reason"] = json!("Unschedulable");
+            scheduled["message"] = json!(
+                "0/1 nodes are available: 1 Insufficient memory. preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod."
+            );
+            self.status(json!({"phase": "Pending", "conditions": [scheduled]}))
+                .await;
+            return;
+        }
+        if !self.bind().await {
+            return;
+        }
+        self.pause().await;
+        let started = now();
+        let creating = self.statuses(|_| (waiting("ContainerCreating", ""), false, 0, json!({})));
+        if !self
+            .status(self.base("Pending", &started, Self::pending_conditions(), creating))
+            .await
+        {
+            return;
+        }
+        self.pause().await;
+        let browser = self.browser();
+        let pending_with = |browser_state: Value, restarts: u32, last: Value| {
+            self.base(
+                "Pending",
+                &started,
+                Self::pending_conditions(),
+                self.statuses(|n| {
+                    if n == browser {
+                        (browser_state.clone(), false, restarts, last.clone())
+                    } else {
+                        (running(&started), true, 0, json!({}))
+                    }
+                }),
+            )
+        };
+        match script {
+            Script::StayPending | Script::Unschedulable => {}
+            Script::ErrImagePull => {
+                let image = self.image(&browser);
+                let pull = format!(
+                    "failed to pull and unpack image \"{image}\": failed to resolve reference \"{image}\": not found"
+                );
+                self.status(pending_with(waiting("ErrImagePull", &pull), 0, json!({})))
+                    .await;
+                self.pause().await;
+                let backoff = format!("Back-off pulling image \"{image}\"");
+                self.status(pending_with(
+                    waiting("ImagePullBackOff", &backoff),
+                    0,
+                    json!({}),
+                ))
+                .await;
+            }
+            Script::CrashLoopBackOff => {
+                let message = format!(
+                    "back-off 10s restarting failed container={browser} pod={}",
+                    self.name
+                );
+                self.status(pending_with(
+                    waiting("CrashLoopBackOff", &message),
+                    1,
+                    terminated(1, "Error", &started),
+                ))
+                .await;
+            }
+            Script::TerminatedWhilePending { exit_code } => {
+                let state = terminated(exit_code, exit_reason(exit_code), &started);
+                self.status(pending_with(state, 0, json!({}))).await;
+            }
+            Script::Run
+            | Script::OomKilled
+            | Script::Evicted
+            | Script::Succeed
+            | Script::ExitAfterRunning { .. } => {
+                if !self.status(self.running_status(&started, true)).await {
+                    return;
+                }
+                self.after_running(script, &started, &browser).await;
+            }
+        }
+    }
+
+    async fn after_running(&self, script: Script, started: &str, browser: &str) {
+        let ended = |phase: &str, state_of: &dyn Fn(&str) -> Value| {
+            let mut s = self.running_status(started, false);
+            s["phase"] = json!(phase);
+            s["containerStatuses"] = self.statuses(|n| (state_of(n), false, 0, json!({})));
+            s
+        };
+        match script {
+            Script::OomKilled => {
+                self.pause().await;
+                // restartPolicy Never: the OOM-killed container stays terminated and the pod
+                // fails once nothing runs any more.
+                let status = ended("Failed", &|n| {
+                    if n == browser {
+                        terminated(137, "OOMKilled", started)
+                    } else {
+                        terminated(0, "Completed", started)
+                    }
+                });
+                self.status(status).await;
+            }
+            Script::Evicted => {
+                self.pause().await;
+                let mut status = ended("Failed", &|_| terminated(137, "Error", started));
+                status["reason"] = json!("Evicted");
+                status["message"] = json!("The node was low on resource: memory. ");
+                let mut target = condition("DisruptionTarget", true);
+                target["reason"] = json!("TerminationByKubelet");
+                target["message"] = json!("The node was low on resource: memory. ");
+                if let Some(list) = status["conditions"].as_array_mut() {
+                    list.push(target);
+                }
+                self.status(status).await;
+            }
+            Script::Succeed => {
+                self.pause().await;
+                let status = ended("Succeeded", &|_| terminated(0, "Completed", started));
+                self.status(status).await;
+            }
+            Script::ExitAfterRunning {
+                container,
+                exit_code,
+                after,
+            } => {
+                tokio::time::sleep(after).await;
+                let mut status = self.running_status(started, false);
+                status["containerStatuses"] = self.statuses(|n| {
+                    if n == container {
+                        (
+                            terminated(exit_code, exit_reason(exit_code), started),
+                            false,
+                            0,
+                            json!({}),
+                        )
+                    } else {
+                        (running(started), true, 0, json!({}))
+                    }
+                });
+                self.status(status).await;
+            }
+            _ => {}
+        }
+    }
+}

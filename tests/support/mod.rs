@@ -1,0 +1,7 @@
+//! Test support shared by the scenario suites: an in-process Kubernetes API server double and a
+//! kubelet simulator that drives pods through a `kube::Client`.
+// Each test binary uses a different part of the shared support code.
+#![allow(dead_code)]
+
+pub mod apiserver;
+pub mod kubelet;
