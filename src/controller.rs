@@ -167,7 +167,8 @@ impl Fresher {
         entries.remove(&Self::key(true, ns, name));
     }
 
-    /// The fresher of the cached object and what we last wrote; `None` for a pod we deleted.
+    /// The fresher of the cached object and what we last wrote; `None` when the cache has
+    /// nothing or still shows a pod we deleted, so that the caller confirms with a read.
     fn pick(
         &self,
         is_pod: bool,
@@ -181,7 +182,11 @@ impl Fresher {
             return cached;
         };
         match (known, cached) {
-            (Known::Object(ours), None) => Some(ours),
+            // Absent from the cache: just created or already gone; the caller reads it.
+            (Known::Object(_), None) => {
+                entries.remove(&key);
+                None
+            }
             (Known::Object(ours), Some(cached)) => match (rv(&ours), rv(&cached)) {
                 (Some(a), Some(b)) if a > b => Some(ours),
                 _ => {
@@ -430,8 +435,8 @@ async fn reconcile_inner(
 
     let browser = scope
         .fresher
-        .pick(false, ns, name, Some(browser))
-        .ok_or(ReconcileError::StoreClosed("Browser"))?;
+        .pick(false, ns, name, Some(browser.clone()))
+        .unwrap_or(browser);
     let pod_ref = ObjectRef::new_with(name, shared.kinds.pod.clone()).within(ns);
     let pods_api = scope.api(&shared.kinds.pod, ns);
     let pod = match scope.fresher.pick(true, ns, name, scope.pods.get(&pod_ref)) {
@@ -566,6 +571,13 @@ mod tests {
         // The entry is gone once the cache caught up.
         let picked = f.pick(false, "ns", "s1", Some(obj("9", "u"))).unwrap();
         assert_eq!(picked.metadata.resource_version.as_deref(), Some("9"));
+    }
+
+    #[test]
+    fn fresher_never_invents_an_object_the_cache_lacks() {
+        let f = Fresher::default();
+        f.remember(true, "ns", "s1", Known::Object(obj("10", "u")));
+        assert!(f.pick(true, "ns", "s1", None).is_none());
     }
 
     #[test]
