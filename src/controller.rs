@@ -7,7 +7,6 @@
 //! stripped before objects enter a store.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -20,7 +19,7 @@ use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::Value;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::api::discovery::Kinds;
@@ -65,7 +64,7 @@ pub struct Shared {
     pub metrics: Arc<Metrics>,
     pub verdicts: Arc<Verdicts>,
     events: mpsc::Sender<(Event, k8s_openapi::api::core::v1::ObjectReference)>,
-    ready: Mutex<Vec<Arc<AtomicBool>>>,
+    synced: Mutex<Vec<watch::Receiver<bool>>>,
 }
 
 /// Events are published by a background task so that a reconcile never waits on them.
@@ -110,24 +109,42 @@ impl Shared {
             metrics,
             verdicts: Arc::new(Verdicts::default()),
             events,
-            ready: Mutex::new(Vec::new()),
+            synced: Mutex::new(Vec::new()),
         })
     }
 
-    /// True once every scope's stores have completed their first list.
+    /// True once every store of every scope has completed its first list.
     pub fn is_ready(&self) -> bool {
-        let flags = self.ready.lock().unwrap_or_else(|e| e.into_inner());
-        !flags.is_empty() && flags.iter().all(|f| f.load(Ordering::Relaxed))
+        let synced = self.synced.lock().unwrap_or_else(|e| e.into_inner());
+        !synced.is_empty() && synced.iter().all(|s| *s.borrow())
     }
 
-    fn register_scope(&self) -> Arc<AtomicBool> {
-        let flag = Arc::new(AtomicBool::new(false));
-        self.ready
+    fn register_store(&self) -> (watch::Sender<bool>, watch::Receiver<bool>) {
+        let (tx, rx) = watch::channel(false);
+        self.synced
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .push(flag.clone());
-        flag
+            .push(rx.clone());
+        (tx, rx)
     }
+}
+
+/// Marks a store synced when its watcher completes the first list. (kube-runtime's
+/// `Store::wait_until_ready` wakes only its last waiter, so concurrent reconciles wait
+/// on this signal instead.)
+fn mark_synced<K>(
+    synced: watch::Sender<bool>,
+) -> impl FnMut(&Result<watcher::Event<K>, watcher::Error>) {
+    move |event| {
+        if let Ok(watcher::Event::InitDone) = event {
+            synced.send_replace(true);
+        }
+    }
+}
+
+/// Waits until a store is synced.
+async fn until_synced(mut synced: watch::Receiver<bool>) -> bool {
+    synced.wait_for(|s| *s).await.is_ok()
 }
 
 /// The newest state of an object the operator itself wrote, kept until the cache catches
@@ -212,6 +229,8 @@ pub struct Scope {
     shared: Arc<Shared>,
     pods: Store<DynamicObject>,
     configs: Store<DynamicObject>,
+    pods_synced: watch::Receiver<bool>,
+    configs_synced: watch::Receiver<bool>,
     fresher: Fresher,
     failures: Mutex<HashMap<(String, String), u32>>,
 }
@@ -297,6 +316,10 @@ pub async fn run_scope(
     let kinds = shared.kinds.clone();
     let ns = namespace.as_deref();
 
+    let (browsers_synced_tx, _) = shared.register_store();
+    let (pods_synced_tx, pods_synced) = shared.register_store();
+    let (configs_synced_tx, configs_synced) = shared.register_store();
+
     let browser_writer = Writer::<DynamicObject>::new(kinds.browser.clone());
     let browser_reader = browser_writer.as_reader();
     let browsers = watcher(
@@ -306,6 +329,7 @@ pub async fn run_scope(
     .default_backoff()
     .modify(strip_managed_fields)
     .reflect(browser_writer)
+    .inspect(mark_synced(browsers_synced_tx))
     .applied_objects();
 
     let pod_writer = Writer::<DynamicObject>::new(kinds.pod.clone());
@@ -319,6 +343,7 @@ pub async fn run_scope(
     .default_backoff()
     .modify(strip_managed_fields)
     .reflect(pod_writer)
+    .inspect(mark_synced(pods_synced_tx))
     .touched_objects();
 
     let config_writer = Writer::<DynamicObject>::new(kinds.browserconfig.clone());
@@ -330,29 +355,15 @@ pub async fn run_scope(
     .default_backoff()
     .modify(strip_managed_fields)
     .reflect(config_writer)
+    .inspect(mark_synced(configs_synced_tx))
     .touched_objects();
-
-    let ready = shared.register_scope();
-    {
-        let (b, p, c) = (
-            browser_reader.clone(),
-            pod_reader.clone(),
-            config_reader.clone(),
-        );
-        tokio::spawn(async move {
-            if b.wait_until_ready().await.is_ok()
-                && p.wait_until_ready().await.is_ok()
-                && c.wait_until_ready().await.is_ok()
-            {
-                ready.store(true, Ordering::Relaxed);
-            }
-        });
-    }
 
     let scope = Arc::new(Scope {
         shared: shared.clone(),
         pods: pod_reader,
         configs: config_reader,
+        pods_synced,
+        configs_synced,
         fresher: Fresher::default(),
         failures: Mutex::new(HashMap::new()),
     });
@@ -422,16 +433,12 @@ async fn reconcile_inner(
 ) -> Result<Action, ReconcileError> {
     let shared = &scope.shared;
     // No decision before the stores are complete: no spurious ConfigNotFound at start-up.
-    scope
-        .configs
-        .wait_until_ready()
-        .await
-        .map_err(|_| ReconcileError::StoreClosed("BrowserConfig"))?;
-    scope
-        .pods
-        .wait_until_ready()
-        .await
-        .map_err(|_| ReconcileError::StoreClosed("Pod"))?;
+    if !until_synced(scope.configs_synced.clone()).await {
+        return Err(ReconcileError::StoreClosed("BrowserConfig"));
+    }
+    if !until_synced(scope.pods_synced.clone()).await {
+        return Err(ReconcileError::StoreClosed("Pod"));
+    }
 
     let browser = scope
         .fresher

@@ -793,3 +793,54 @@ async fn the_split_group_layout_of_the_helm_chart_works_the_same() {
         "browser.selenosis.io/v1"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_watches_are_resumed_and_sessions_still_run() {
+    let env = start(&[]).await;
+    env.chrome_config().await;
+    env.create_browser("w1", json!({})).await;
+    env.until("w1 running", |e| is_running(&e.browser("w1")))
+        .await;
+    env.server.drop_watches();
+    env.create_browser("w2", json!({})).await;
+    env.until("w2 running after the watches were dropped", |e| {
+        is_running(&e.browser("w2"))
+    })
+    .await;
+    assert_eq!(env.pod_applies(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_valid_config_reports_valid_and_ready_with_its_generation() {
+    let env = start(&[]).await;
+    env.chrome_config().await;
+    env.until("config status", |e| {
+        e.server
+            .get("browserconfigs", NS, "chrome")
+            .is_some_and(|c| c["status"]["observedGeneration"] == 1)
+    })
+    .await;
+    let status = env.server.get("browserconfigs", NS, "chrome").unwrap()["status"].clone();
+    assert!(
+        status["version"].as_str().is_some_and(|v| v.len() == 16),
+        "{status}"
+    );
+    assert!(status["lastUpdated"].is_string());
+    let conditions = status["conditions"].as_array().unwrap();
+    for kind in ["Valid", "Ready"] {
+        assert!(
+            conditions
+                .iter()
+                .any(|c| c["type"] == kind && c["status"] == "True"),
+            "{status}"
+        );
+    }
+    // The dry run reached the API server as a dry run, and stored nothing.
+    assert!(
+        env.server
+            .requests()
+            .iter()
+            .any(|r| r.resource == "pods" && r.dry_run)
+    );
+    assert!(env.server.list("pods", NS).is_empty());
+}

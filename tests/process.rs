@@ -1,0 +1,199 @@
+//! The operator binary as a process (SPEC §6): kubeconfig inference, start-up failures,
+//! `/healthz`, `/readyz`, `/metrics`, and a graceful stop on SIGTERM — against the API
+//! server double served over loopback HTTP.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use browser_controller::api::crd::{self, Layout};
+use support::apiserver::ApiServer;
+
+const BIN: &str = env!("CARGO_BIN_EXE_browser-controller");
+
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("bc-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        Self(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A plain HTTP/1.1 GET; returns (status, body).
+fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let status = response.split_whitespace().nth(1)?.parse().ok()?;
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())?;
+    Some((status, body))
+}
+
+fn wait_for(what: &str, log: &std::path::Path, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !check() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}; operator log:\n{}",
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn spawn(kubeconfig: &std::path::Path, args: &[&str]) -> Child {
+    let log = std::fs::File::create(kubeconfig.with_extension("log")).unwrap();
+    Command::new(BIN)
+        .args(args)
+        .env("KUBECONFIG", kubeconfig)
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(log))
+        .spawn()
+        .expect("binary starts")
+}
+
+fn wait_exit(child: &mut Child, log: &std::path::Path) -> (i32, String) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return (
+                status.code().unwrap_or(-1),
+                std::fs::read_to_string(log).unwrap_or_default(),
+            );
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("process did not exit in time");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_crds_exit_non_zero_with_one_line_naming_them() {
+    let server = ApiServer::new();
+    let served = server.serve().await.unwrap();
+    let dir = TempDir::new("nocrd");
+    let kubeconfig = dir.0.join("kubeconfig");
+    served.write_kubeconfig(&kubeconfig).unwrap();
+    let mut child = spawn(
+        &kubeconfig,
+        &[
+            "--metrics-addr=0",
+            "--health-probe-bind-address=0",
+            "--log-level=off",
+        ],
+    );
+    let log = kubeconfig.with_extension("log");
+    let (code, stderr) = tokio::task::spawn_blocking(move || wait_exit(&mut child, &log))
+        .await
+        .unwrap();
+    assert_ne!(code, 0);
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(lines[0].contains("browsers.selenosis.io"), "{stderr}");
+    assert!(lines[0].contains("kubectl apply -f crds/"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_flag_values_are_clear_errors() {
+    let output = Command::new(BIN)
+        .arg("--browser-pod-creation-timeout=banana")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("invalid value 'banana' for '--browser-pod-creation-timeout"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn endpoints_serve_health_readiness_and_metrics_then_sigterm_exits_zero() {
+    let server = ApiServer::new();
+    for crd in crd::crds(Layout::Default) {
+        server.install_crd(&crd).unwrap();
+    }
+    let served = server.serve().await.unwrap();
+    let dir = TempDir::new("endpoints");
+    let kubeconfig = dir.0.join("kubeconfig");
+    served.write_kubeconfig(&kubeconfig).unwrap();
+    let (metrics, health) = (free_port(), free_port());
+    let mut child = spawn(
+        &kubeconfig,
+        &[
+            &format!("--metrics-addr=127.0.0.1:{metrics}"),
+            &format!("--health-probe-bind-address=127.0.0.1:{health}"),
+            "--log-format=json",
+            "--log-level=info",
+        ],
+    );
+    let log_path = kubeconfig.with_extension("log");
+    let result = tokio::task::spawn_blocking(move || {
+        wait_for("/healthz", &log_path, || {
+            http_get(health, "/healthz").is_some_and(|(s, _)| s == 200)
+        });
+        wait_for("/readyz", &log_path, || {
+            http_get(health, "/readyz").is_some_and(|(s, _)| s == 200)
+        });
+        let (status, body) = http_get(metrics, "/metrics").expect("metrics answer");
+        assert_eq!(status, 200);
+        assert!(
+            body.contains("browser_controller_reconciles_total"),
+            "{body}"
+        );
+        assert!(body.contains("# EOF"), "{body}");
+        assert_eq!(http_get(health, "/metrics").map(|(s, _)| s), Some(404));
+        let pid = child.id().to_string();
+        assert!(
+            Command::new("kill")
+                .args(["-TERM", &pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+        wait_exit(&mut child, &log_path)
+    })
+    .await
+    .unwrap();
+    let (code, stderr) = result;
+    assert_eq!(code, 0, "{stderr}");
+    // JSON log lines, one object per line.
+    for line in stderr.lines() {
+        assert!(
+            serde_json::from_str::<serde_json::Value>(line).is_ok(),
+            "not JSON: {line}"
+        );
+    }
+    assert!(stderr.contains("stopped"), "{stderr}");
+}
