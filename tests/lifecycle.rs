@@ -844,3 +844,37 @@ async fn a_valid_config_reports_valid_and_ready_with_its_generation() {
     );
     assert!(env.server.list("pods", NS).is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_younger_config_defining_the_same_entry_reports_a_conflict_naming_the_winner() {
+    let env = start(&[]).await;
+    env.chrome_config().await;
+    // Creation timestamps have second resolution: make the second config clearly younger.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    env.create_config("chrome-copy", chrome_spec()).await;
+    env.until("conflict condition", |e| {
+        e.server
+            .get("browserconfigs", NS, "chrome-copy")
+            .is_some_and(|c| {
+                c["status"]["conditions"].as_array().is_some_and(|cs| {
+                    cs.iter().any(|c| {
+                        c["type"] == "Conflict"
+                            && c["status"] == "True"
+                            && c["message"]
+                                .as_str()
+                                .is_some_and(|m| m.contains("BrowserConfig chrome,"))
+                    })
+                })
+            })
+    })
+    .await;
+    let winner = env.server.get("browserconfigs", NS, "chrome").unwrap();
+    let conditions = winner["status"]["conditions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        conditions.iter().all(|c| c["type"] != "Conflict"),
+        "{winner}"
+    );
+}
