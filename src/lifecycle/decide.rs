@@ -11,6 +11,7 @@ use serde_json::Value;
 use super::status::{self, Failure, StatusBuilder};
 use crate::api::keys;
 use crate::duration;
+use crate::pod::names;
 
 /// Timeouts and retention of SPEC §6.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -192,16 +193,6 @@ fn pod_uid(pod: &Value) -> String {
         .to_string()
 }
 
-/// A label value as Kubernetes accepts it (the Browser's spec becomes pod labels).
-fn is_label_value(v: &str) -> bool {
-    v.len() <= 63
-        && (v.is_empty()
-            || (v.starts_with(|c: char| c.is_ascii_alphanumeric())
-                && v.ends_with(|c: char| c.is_ascii_alphanumeric())
-                && v.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))))
-}
-
 /// Decides one reconcile. `creation` is called only when the Browser needs its pod now.
 pub fn decide(obs: &Observed, settings: &Settings, creation: impl FnOnce() -> PodCreation) -> Plan {
     if obs.browser.metadata.deletion_timestamp.is_some() {
@@ -213,7 +204,10 @@ pub fn decide(obs: &Observed, settings: &Settings, creation: impl FnOnce() -> Po
     let mut plan = Plan::default();
     let (name, version) = match (obs.spec_str("browserName"), obs.spec_str("browserVersion")) {
         (Some(n), Some(v))
-            if !n.is_empty() && !v.is_empty() && is_label_value(n) && is_label_value(v) =>
+            if !n.is_empty()
+                && !v.is_empty()
+                && names::check_label_value(n).is_ok()
+                && names::check_label_value(v).is_ok() =>
         {
             (n, v)
         }
