@@ -43,6 +43,8 @@ pub enum ReconcileError {
     },
     #[error("the {0} cache was closed")]
     StoreClosed(&'static str),
+    #[error("cannot read the pod as JSON: {0}")]
+    Serialize(#[source] serde_json::Error),
 }
 
 impl ReconcileError {
@@ -51,6 +53,7 @@ impl ReconcileError {
             ReconcileError::Execute(_) => "write",
             ReconcileError::ReadPod { .. } => "read",
             ReconcileError::StoreClosed(_) => "store",
+            ReconcileError::Serialize(_) => "serialize",
         }
     }
 }
@@ -465,8 +468,7 @@ async fn reconcile_inner(
         .as_deref()
         .map(serde_json::to_value)
         .transpose()
-        .ok()
-        .flatten();
+        .map_err(ReconcileError::Serialize)?;
     let observed = Observed {
         browser: &browser,
         pod: pod_json.as_ref(),
