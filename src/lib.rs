@@ -13,5 +13,6 @@ pub mod lifecycle;
 pub mod manifest;
 pub mod metrics;
 pub mod operator;
+pub mod permissions;
 pub mod pod;
 pub mod server;

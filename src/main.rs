@@ -48,7 +48,10 @@ fn run_operator(args: RunArgs) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!(error = %e, "operator stopped");
-            eprintln!("browser-controller: {e}");
+            // Multi-line errors (one missing permission per line) keep the prefix on each line.
+            for line in e.to_string().lines() {
+                eprintln!("browser-controller: {line}");
+            }
             ExitCode::FAILURE
         }
     }

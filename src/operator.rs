@@ -16,6 +16,7 @@ use crate::config_controller;
 use crate::controller::{self, Shared};
 use crate::lifecycle::decide::Settings;
 use crate::metrics::Metrics;
+use crate::permissions::{self, PermissionError};
 use crate::server::{self, Probes, ServeError};
 
 /// Why the operator could not start or stopped abnormally.
@@ -27,6 +28,8 @@ pub enum RunError {
     Client(#[source] kube::Error),
     #[error(transparent)]
     Discovery(#[from] DiscoveryError),
+    #[error(transparent)]
+    Permissions(#[from] PermissionError),
     #[error(transparent)]
     Serve(#[from] ServeError),
     #[error("invalid --log-level: {0}")]
@@ -139,6 +142,8 @@ pub async fn run_with_client(
     )
     .await?;
     info!(browser = %kinds.browser.api_version, browserconfig = %kinds.browserconfig.api_version, "resolved kinds");
+    // Fail at start with every missing RBAC rule rather than later inside a watch or a write.
+    permissions::check(&client, &kinds, &args.namespaces).await?;
     let instance = std::env::var("POD_NAME")
         .or_else(|_| std::env::var("HOSTNAME"))
         .unwrap_or_else(|_| "browser-controller".into());

@@ -1187,6 +1187,43 @@ async fn access_reviews_allow_unless_denied() {
 }
 
 #[tokio::test]
+async fn access_denials_name_subresources_and_namespaces_like_rbac_rules() {
+    let (server, client, _) = setup().await;
+    let reviews: Api<DynamicObject> = Api::all_with(
+        client,
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("authorization.k8s.io", "v1", "SelfSubjectAccessReview"),
+            "selfsubjectaccessreviews",
+        ),
+    );
+    let allowed = |attributes: Value| {
+        let reviews = reviews.clone();
+        async move {
+            let review = obj(json!({
+                "apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+                "metadata": {}, "spec": {"resourceAttributes": attributes},
+            }));
+            let answer = reviews
+                .create(&PostParams::default(), &review)
+                .await
+                .unwrap();
+            answer.data["status"]["allowed"].as_bool().unwrap()
+        }
+    };
+    server.deny("patch", "selenosis.io", "browsers/status");
+    server.deny_in("team-a", "create", "", "pods");
+    let status = |ns: &str| json!({"verb": "patch", "group": "selenosis.io", "resource": "browsers", "subresource": "status", "namespace": ns});
+    assert!(!allowed(status("team-a")).await);
+    assert!(!allowed(status("team-b")).await);
+    assert!(allowed(json!({"verb": "patch", "group": "selenosis.io", "resource": "browsers", "namespace": "team-a"})).await);
+    let pods =
+        |ns: &str| json!({"verb": "create", "group": "", "resource": "pods", "namespace": ns});
+    assert!(!allowed(pods("team-a")).await);
+    assert!(allowed(pods("team-b")).await);
+    assert!(!allowed(json!({"verb": "create", "group": "", "resource": "pods"})).await);
+}
+
+#[tokio::test]
 async fn many_objects_and_concurrent_watchers() {
     let (_server, client, browsers) = setup().await;
     let all = Api::<DynamicObject>::all_with(client, &browser_resource());

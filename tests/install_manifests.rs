@@ -4,9 +4,16 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
+use clap::Parser;
 use serde_json::{Value, json};
 
+use k8s_openapi::api::core::v1::Pod;
+use kube::core::{ApiResource, GroupVersionKind};
+
+use browser_controller::api::discovery::Kinds;
+use browser_controller::cli::Cli;
 use browser_controller::manifest;
+use browser_controller::permissions::{self, Access};
 
 const NAMESPACE: &str = "browser-controller";
 const NAME: &str = "browser-controller";
@@ -54,7 +61,7 @@ fn the(kind: &str) -> Value {
 
 #[test]
 fn every_file_holds_only_kubernetes_objects() {
-    for dir in ["rbac", "deploy"] {
+    for dir in ["rbac", NAMESPACED, "deploy"] {
         for path in applied_files(dir) {
             let objects = manifest::read_file(&path).unwrap();
             assert!(!objects.is_empty(), "{}", path.display());
@@ -84,7 +91,7 @@ fn namespace_comes_first_and_holds_every_namespaced_object() {
     }
 }
 
-fn triples(groups: &[&str], resources: &[&str], verbs: &[&str]) -> Vec<(String, String, String)> {
+fn triples(groups: &[&str], resources: &[&str], verbs: &[&str]) -> Vec<Triple> {
     let mut out = Vec::new();
     for group in groups {
         for resource in resources {
@@ -96,10 +103,11 @@ fn triples(groups: &[&str], resources: &[&str], verbs: &[&str]) -> Vec<(String, 
     out
 }
 
-#[test]
-fn cluster_role_grants_exactly_what_the_operator_uses() {
-    let role = the("ClusterRole");
-    assert_eq!(role["metadata"]["name"], NAME);
+type Triple = (String, String, String);
+
+/// Every (group, resource, verb) a Role or ClusterRole grants; each exactly once, no wildcards,
+/// no resourceNames or nonResourceURLs.
+fn granted(role: &Value) -> BTreeSet<Triple> {
     let mut granted = BTreeSet::new();
     for rule in role["rules"].as_array().unwrap() {
         let keys: BTreeSet<&str> = rule
@@ -130,7 +138,11 @@ fn cluster_role_grants_exactly_what_the_operator_uses() {
             assert!(granted.insert(triple.clone()), "granted twice: {triple:?}");
         }
     }
+    granted
+}
 
+/// What the operator needs in each namespace it watches, for both group layouts.
+fn expected_in_watched_namespaces() -> BTreeSet<Triple> {
     let browser_groups = ["selenosis.io", "browser.selenosis.io"];
     let config_groups = ["selenosis.io", "browserconfig.selenosis.io"];
     let mut expected = BTreeSet::new();
@@ -158,29 +170,197 @@ fn cluster_role_grants_exactly_what_the_operator_uses() {
             &["get", "list", "watch", "create", "patch", "delete"],
         ),
         triples(&["", "events.k8s.io"], &["events"], &["create", "patch"]),
-        triples(
-            &["coordination.k8s.io"],
-            &["leases"],
-            &["get", "create", "update", "patch"],
-        ),
-        triples(
-            &["authorization.k8s.io"],
-            &["selfsubjectaccessreviews"],
-            &["create"],
-        ),
     ] {
         expected.extend(set);
     }
+    expected
+}
+
+fn leases() -> Vec<Triple> {
+    triples(
+        &["coordination.k8s.io"],
+        &["leases"],
+        &["get", "create", "update", "patch"],
+    )
+}
+
+fn access_review() -> Vec<Triple> {
+    triples(
+        &["authorization.k8s.io"],
+        &["selfsubjectaccessreviews"],
+        &["create"],
+    )
+}
+
+fn assert_same(granted: &BTreeSet<Triple>, expected: &BTreeSet<Triple>, what: &str) {
     assert_eq!(
-        granted.difference(&expected).collect::<Vec<_>>(),
-        Vec::<&(String, String, String)>::new(),
-        "more than needed"
+        granted.difference(expected).collect::<Vec<_>>(),
+        Vec::<&Triple>::new(),
+        "{what}: more than needed"
     );
     assert_eq!(
-        expected.difference(&granted).collect::<Vec<_>>(),
-        Vec::<&(String, String, String)>::new(),
-        "missing"
+        expected.difference(granted).collect::<Vec<_>>(),
+        Vec::<&Triple>::new(),
+        "{what}: missing"
     );
+}
+
+#[test]
+fn cluster_role_grants_exactly_what_the_operator_uses() {
+    let role = the("ClusterRole");
+    assert_eq!(role["metadata"]["name"], NAME);
+    let mut expected = expected_in_watched_namespaces();
+    expected.extend(leases());
+    expected.extend(access_review());
+    assert_same(&granted(&role), &expected, "ClusterRole");
+}
+
+const NAMESPACED: &str = "rbac/namespaced";
+/// The watched namespace of the shipped example.
+const WATCHED: &str = "selenosis";
+
+fn namespaced(file: &str) -> Vec<Value> {
+    manifest::read_file(&repo().join(NAMESPACED).join(file)).unwrap()
+}
+
+fn one(objects: &[Value], kind: &str) -> Value {
+    let found: Vec<&Value> = objects.iter().filter(|o| o["kind"] == kind).collect();
+    assert_eq!(found.len(), 1, "{kind}");
+    found[0].clone()
+}
+
+/// A binding of `role` to the operator's service account, in the role's namespace if any.
+fn assert_binds_to_the_service_account(binding: &Value, role: &Value) {
+    assert_eq!(
+        binding["roleRef"],
+        json!({"apiGroup": "rbac.authorization.k8s.io", "kind": role["kind"], "name": role["metadata"]["name"]})
+    );
+    assert_eq!(
+        binding["metadata"]["namespace"],
+        role["metadata"]["namespace"]
+    );
+    assert_eq!(
+        binding["subjects"],
+        json!([{"kind": "ServiceAccount", "name": NAME, "namespace": NAMESPACE}])
+    );
+}
+
+#[test]
+fn namespaced_rbac_is_apart_from_what_kubectl_apply_f_rbac_installs() {
+    assert!(repo().join(NAMESPACED).is_dir());
+    assert_eq!(
+        file_names(NAMESPACED),
+        BTreeSet::from([
+            "cluster-role-access-review.yaml".to_string(),
+            "leader-election.yaml".into(),
+            "watched-namespace.yaml".into(),
+        ])
+    );
+    // `kubectl apply -f rbac/` reads only the files directly in rbac/ (no -R), and
+    // `kubectl apply -k deploy/` only what rbac/Kustomization lists.
+    assert!(
+        objects("rbac")
+            .iter()
+            .all(|o| o["kind"] != "Role" && o["kind"] != "RoleBinding")
+    );
+    assert!(
+        kustomization("rbac")
+            .iter()
+            .all(|r| !r.contains("namespaced"))
+    );
+}
+
+#[test]
+fn namespaced_roles_split_the_cluster_roles_rules_by_scope() {
+    let cluster_role = granted(&the("ClusterRole"));
+
+    let watched = namespaced("watched-namespace.yaml");
+    assert_eq!(watched.len(), 2);
+    let role = one(&watched, "Role");
+    assert_eq!(role["metadata"]["namespace"], WATCHED);
+    let in_namespace = granted(&role);
+    assert_same(
+        &in_namespace,
+        &expected_in_watched_namespaces(),
+        "watched-namespace Role",
+    );
+    assert!(in_namespace.is_subset(&cluster_role));
+    assert_binds_to_the_service_account(&one(&watched, "RoleBinding"), &role);
+
+    let leader = namespaced("leader-election.yaml");
+    assert_eq!(leader.len(), 2);
+    let role = one(&leader, "Role");
+    assert_eq!(role["metadata"]["namespace"], NAMESPACE);
+    let mut expected: BTreeSet<Triple> = leases().into_iter().collect();
+    expected.extend(triples(
+        &["", "events.k8s.io"],
+        &["events"],
+        &["create", "patch"],
+    ));
+    assert_same(&granted(&role), &expected, "leader-election Role");
+    assert_binds_to_the_service_account(&one(&leader, "RoleBinding"), &role);
+
+    let review = namespaced("cluster-role-access-review.yaml");
+    assert_eq!(review.len(), 2);
+    let role = one(&review, "ClusterRole");
+    assert!(role["metadata"].get("namespace").is_none());
+    assert_same(
+        &granted(&role),
+        &access_review().into_iter().collect(),
+        "access-review ClusterRole",
+    );
+    let binding = one(&review, "ClusterRoleBinding");
+    assert!(binding["metadata"].get("namespace").is_none());
+    assert_binds_to_the_service_account(&binding, &role);
+
+    // Together they grant what the ClusterRole grants, nothing more.
+    let mut union = in_namespace;
+    union.extend(expected);
+    union.extend(access_review());
+    assert_same(&union, &cluster_role, "namespaced RBAC");
+}
+
+fn kinds(browser_group: &str, config_group: &str) -> Kinds {
+    let resource = |group: &str, kind: &str, plural: &str| {
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, "v1", kind), plural)
+    };
+    Kinds {
+        browser: resource(browser_group, "Browser", "browsers"),
+        browserconfig: resource(config_group, "BrowserConfig", "browserconfigs"),
+        pod: ApiResource::erase::<Pod>(&()),
+    }
+}
+
+fn as_triple(access: &Access) -> Triple {
+    let resource = match access.subresource {
+        Some(sub) => format!("{}/{sub}", access.resource),
+        None => access.resource.clone(),
+    };
+    (access.group.clone(), resource, access.verb.to_string())
+}
+
+#[test]
+fn the_roles_cover_everything_the_start_up_check_asks_for() {
+    let in_namespace = granted(&one(&namespaced("watched-namespace.yaml"), "Role"));
+    let cluster_wide = granted(&the("ClusterRole"));
+    for kinds in [
+        kinds("selenosis.io", "selenosis.io"),
+        kinds("browser.selenosis.io", "browserconfig.selenosis.io"),
+    ] {
+        for access in permissions::required(&kinds, &[WATCHED.to_string()]) {
+            assert_eq!(access.namespace.as_deref(), Some(WATCHED));
+            assert!(
+                in_namespace.contains(&as_triple(&access)),
+                "Role lacks {access}"
+            );
+        }
+        for access in permissions::required(&kinds, &[]) {
+            assert!(
+                cluster_wide.contains(&as_triple(&access)),
+                "ClusterRole lacks {access}"
+            );
+        }
+    }
 }
 
 #[test]
@@ -203,7 +383,7 @@ fn binding_gives_the_role_to_the_service_account() {
 fn deployment_is_hardened_and_probed() {
     let deployment = the("Deployment");
     assert_eq!(deployment["metadata"]["name"], NAME);
-    assert_eq!(deployment["spec"]["replicas"], 1);
+    assert_eq!(deployment["spec"]["replicas"], 2);
     let selector = &deployment["spec"]["selector"]["matchLabels"];
     let pod = &deployment["spec"]["template"];
     for (key, value) in selector.as_object().unwrap() {
@@ -225,8 +405,20 @@ fn deployment_is_hardened_and_probed() {
     assert_eq!(container["image"], "browser-controller:latest");
     assert_eq!(
         container["args"],
-        json!(["--metrics-addr=:8080", "--health-probe-bind-address=:8081"])
+        json!([
+            "--metrics-addr=:8080",
+            "--health-probe-bind-address=:8081",
+            "--enable-leader-election"
+        ])
     );
+    let args: Vec<String> = container["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_string())
+        .collect();
+    let cli = Cli::try_parse_from(std::iter::once(NAME.to_string()).chain(args)).unwrap();
+    assert!(cli.command.is_none() && cli.run.enable_leader_election);
     assert!(container["env"].as_array().unwrap().contains(&json!({
         "name": "POD_NAMESPACE",
         "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}
@@ -267,6 +459,39 @@ fn deployment_is_hardened_and_probed() {
         })
         .collect();
     assert_eq!(ports, [("metrics", 8080), ("health", 8081)]);
+}
+
+#[test]
+fn replicas_spread_and_a_disruption_budget_keeps_one() {
+    let deployment = the("Deployment");
+    let labels = &deployment["spec"]["template"]["metadata"]["labels"];
+    let spread = &deployment["spec"]["template"]["spec"]["topologySpreadConstraints"];
+    assert_eq!(spread[0]["topologyKey"], "kubernetes.io/hostname");
+    assert_eq!(spread[0]["whenUnsatisfiable"], "ScheduleAnyway");
+    for (key, value) in spread[0]["labelSelector"]["matchLabels"]
+        .as_object()
+        .unwrap()
+    {
+        assert_eq!(&labels[key], value);
+    }
+
+    let budget = the("PodDisruptionBudget");
+    assert_eq!(budget["apiVersion"], "policy/v1");
+    assert_eq!(budget["metadata"]["name"], NAME);
+    assert_eq!(budget["spec"]["minAvailable"], 1);
+    assert!(budget["spec"].get("maxUnavailable").is_none());
+    let selector = budget["spec"]["selector"]["matchLabels"]
+        .as_object()
+        .unwrap();
+    assert!(!selector.is_empty());
+    for (key, value) in selector {
+        assert_eq!(&labels[key], value);
+    }
+    assert!(
+        budget["spec"]["minAvailable"].as_i64().unwrap()
+            < deployment["spec"]["replicas"].as_i64().unwrap(),
+        "a budget as large as the replicas blocks every drain"
+    );
 }
 
 #[test]

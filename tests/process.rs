@@ -197,3 +197,51 @@ async fn endpoints_serve_health_readiness_and_metrics_then_sigterm_exits_zero() 
     }
     assert!(stderr.contains("stopped"), "{stderr}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_permission_exits_non_zero_naming_it() {
+    let server = ApiServer::new();
+    for crd in crd::crds(Layout::Default) {
+        server.install_crd(&crd).unwrap();
+    }
+    server.deny_in("team-a", "patch", "selenosis.io", "browsers/status");
+    server.deny_in("team-a", "watch", "", "pods");
+    let served = server.serve().await.unwrap();
+    let dir = TempDir::new("perms");
+    let kubeconfig = dir.0.join("kubeconfig");
+    served.write_kubeconfig(&kubeconfig).unwrap();
+    let mut child = spawn(
+        &kubeconfig,
+        &[
+            "--metrics-addr=0",
+            "--health-probe-bind-address=0",
+            "--log-level=off",
+            "--namespace=team-a",
+        ],
+    );
+    let log = kubeconfig.with_extension("log");
+    let (code, stderr) = tokio::task::spawn_blocking(move || wait_exit(&mut child, &log))
+        .await
+        .unwrap();
+    assert_ne!(code, 0);
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(
+        lines[..2],
+        [
+            "browser-controller: missing permission: cannot patch browsers.selenosis.io/status in namespace \"team-a\"",
+            "browser-controller: missing permission: cannot watch pods in namespace \"team-a\"",
+        ],
+        "{stderr}"
+    );
+    assert_eq!(lines.len(), 3, "{stderr}");
+    assert!(lines[2].contains("rbac/namespaced/"), "{stderr}");
+    // Nothing was watched or written before the check stopped the operator.
+    assert!(
+        server
+            .requests()
+            .iter()
+            .all(|r| r.resource == "selfsubjectaccessreviews" || r.verb == "discovery"),
+        "{:?}",
+        server.requests()
+    );
+}

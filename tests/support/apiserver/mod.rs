@@ -99,13 +99,37 @@ impl Fault {
 pub struct AccessRule {
     pub verb: String,
     pub group: String,
+    /// `pods`, or `browsers/status` for a subresource: like an RBAC rule, a rule on the
+    /// resource does not cover its subresources.
     pub resource: String,
+    /// `None` matches reviews in any namespace; `Some` matches that namespace and reviews for
+    /// all namespaces.
+    pub namespace: Option<String>,
 }
 
 impl AccessRule {
-    fn matches(&self, verb: &str, group: &str, resource: &str) -> bool {
+    fn matches(
+        &self,
+        verb: &str,
+        group: &str,
+        resource: &str,
+        subresource: &str,
+        namespace: &str,
+    ) -> bool {
         let m = |rule: &str, v: &str| rule == "*" || rule == v;
-        m(&self.verb, verb) && m(&self.group, group) && m(&self.resource, resource)
+        let full = if subresource.is_empty() {
+            resource.to_string()
+        } else {
+            format!("{resource}/{subresource}")
+        };
+        m(&self.verb, verb)
+            && m(&self.group, group)
+            && m(&self.resource, &full)
+            // A review for all namespaces needs the permission in every one of them.
+            && self
+                .namespace
+                .as_deref()
+                .is_none_or(|ns| namespace.is_empty() || ns == namespace)
     }
 }
 
@@ -223,12 +247,24 @@ impl ApiServer {
         lock(&self.shared).faults.clear();
     }
 
-    /// `SelfSubjectAccessReview`s for `verb` on `group`/`resource` answer `allowed: false`.
+    /// `SelfSubjectAccessReview`s for `verb` on `group`/`resource` (`browsers/status` for a
+    /// subresource) answer `allowed: false`, in every namespace.
     pub fn deny(&self, verb: &str, group: &str, resource: &str) {
         lock(&self.shared).denials.push(AccessRule {
             verb: verb.to_string(),
             group: group.to_string(),
             resource: resource.to_string(),
+            namespace: None,
+        });
+    }
+
+    /// Like [`ApiServer::deny`], for reviews in `namespace` (and for all namespaces).
+    pub fn deny_in(&self, namespace: &str, verb: &str, group: &str, resource: &str) {
+        lock(&self.shared).denials.push(AccessRule {
+            verb: verb.to_string(),
+            group: group.to_string(),
+            resource: resource.to_string(),
+            namespace: Some(namespace.to_string()),
         });
     }
 

@@ -589,11 +589,15 @@ impl State {
     fn review_access(&self, t: &Target, mut body: Value) -> Value {
         let attrs = &body["spec"]["resourceAttributes"];
         let field = |k: &str| attrs[k].as_str().unwrap_or("").to_string();
-        let (verb, group, resource) = (field("verb"), field("group"), field("resource"));
-        let denied = self
-            .denials
-            .iter()
-            .any(|r| r.matches(&verb, &group, &resource));
+        let denied = self.denials.iter().any(|r| {
+            r.matches(
+                &field("verb"),
+                &field("group"),
+                &field("resource"),
+                &field("subresource"),
+                &field("namespace"),
+            )
+        });
         body["apiVersion"] = json!(t.api_version());
         body["kind"] = json!(t.def.kind);
         body["status"] = if denied {
