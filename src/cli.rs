@@ -108,8 +108,9 @@ pub struct RunArgs {
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
 
-    /// Log level or tracing filter (e.g. `info`, `browser_controller=debug`); RUST_LOG wins when set.
-    #[arg(long, env = "LOG_LEVEL", default_value = "info")]
+    /// Log level (`trace`, `debug`, `info`, `warn`, `error`, `off`) or tracing filter
+    /// (e.g. `info,browser_controller=debug`); RUST_LOG wins when set.
+    #[arg(long, env = "LOG_LEVEL", default_value = "info", value_parser = parse_log_level)]
     pub log_level: String,
 
     /// Pin the API group of the Browser kind (default: discovered, selenosis.io first).
@@ -119,6 +120,28 @@ pub struct RunArgs {
     /// Pin the API group of the BrowserConfig kind (default: discovered, selenosis.io first).
     #[arg(long, env = "BROWSERCONFIG_API_GROUP")]
     pub browserconfig_api_group: Option<String>,
+}
+
+const LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"];
+
+/// Checks `--log-level`: a level, or a tracing filter whose every part is a level or a
+/// `target=level` directive. A bare word that is no level (`verbose`, `warning`) would be
+/// read by the filter as a target name and silence every log line, so it is refused.
+pub fn parse_log_level(input: &str) -> Result<String, String> {
+    let s = input.trim();
+    let expected = "expected one of trace, debug, info, warn, error, off, or a filter such as info,browser_controller=debug";
+    if let Some(word) = s
+        .split(',')
+        .map(str::trim)
+        .filter(|part| !part.is_empty() && !part.contains(['=', '[']))
+        .find(|part| !LEVELS.contains(&part.to_ascii_lowercase().as_str()))
+    {
+        return Err(format!("invalid log level {word:?}: {expected}"));
+    }
+    tracing_subscriber::EnvFilter::builder()
+        .parse(s)
+        .map(|_| s.to_string())
+        .map_err(|e| format!("invalid log filter {input:?}: {e}"))
 }
 
 /// A listen address that may be switched off.
@@ -195,6 +218,32 @@ mod tests {
         let text = err.to_string();
         assert!(text.contains("--browser-pod-creation-timeout"), "{text}");
         assert!(text.contains("banana"), "{text}");
+    }
+
+    #[test]
+    fn invalid_log_levels_are_clear_errors() {
+        for bad in ["verbose", "warning", "info,loud", "browser_controller=loud"] {
+            let text = parse(&[&format!("--log-level={bad}")])
+                .unwrap_err()
+                .to_string();
+            assert!(text.contains("--log-level"), "{text}");
+            assert!(text.contains("loud") || text.contains(bad), "{text}");
+            assert!(text.contains("expected one of"), "{text}");
+        }
+        for good in [
+            "debug",
+            "WARN",
+            "off",
+            "info,browser_controller=debug,kube=warn",
+        ] {
+            assert_eq!(
+                parse(&[&format!("--log-level={good}")])
+                    .unwrap()
+                    .run
+                    .log_level,
+                good
+            );
+        }
     }
 
     #[test]

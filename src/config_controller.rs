@@ -282,6 +282,8 @@ pub async fn run_scope(
         kinds.browserconfig.clone(),
     );
     let store = controller.store();
+    // Held until the scope stops: the BrowserConfig gauges read this cache at scrape time.
+    let _gauge_source = metrics.observe_configs(store.clone());
     let mapper_store = store.clone();
     let ar = kinds.browserconfig.clone();
     let ctx = Arc::new(Context {

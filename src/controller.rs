@@ -28,7 +28,7 @@ use crate::config_controller::Verdicts;
 use crate::lifecycle::decide::{self, Event, Observed, Settings};
 use crate::lifecycle::desired;
 use crate::lifecycle::execute::{ExecuteError, Target, to_runtime_event};
-use crate::metrics::Metrics;
+use crate::metrics::{self, Metrics, Stage};
 
 /// Why a reconcile failed; it is retried with per-object exponential backoff.
 #[derive(Debug, thiserror::Error)]
@@ -141,6 +141,37 @@ fn mark_synced<K>(
     move |event| {
         if let Ok(watcher::Event::InitDone) = event {
             synced.send_replace(true);
+        }
+    }
+}
+
+/// Counts and logs watcher errors before the backoff retries them.
+fn count_watch_errors<K>(
+    metrics: Arc<Metrics>,
+    resource: &'static str,
+) -> impl FnMut(&Result<watcher::Event<K>, watcher::Error>) {
+    move |event| {
+        if let Err(error) = event {
+            metrics.watch_error(resource);
+            warn!(resource, %error, "watch failed; retrying with backoff");
+        }
+    }
+}
+
+/// Observes the `scheduled` startup stage on the first live watch event that shows a pod
+/// scheduled; `pods` still holds the previous state. A relist (start-up, watch gap) is not a
+/// first sighting: the pod may have been seen before, so it is never counted twice.
+fn observe_scheduling(
+    pods: Store<DynamicObject>,
+    pod_resource: kube::core::ApiResource,
+    metrics: Arc<Metrics>,
+) -> impl FnMut(&Result<watcher::Event<DynamicObject>, watcher::Error>) {
+    move |event| {
+        if let Ok(watcher::Event::Apply(pod)) = event {
+            let before = pods.get(&ObjectRef::from_obj_with(pod, pod_resource.clone()));
+            if let Some((created, scheduled)) = metrics::first_scheduled(before.as_deref(), pod) {
+                metrics.startup(Stage::Scheduled, created, scheduled);
+            }
         }
     }
 }
@@ -329,6 +360,7 @@ pub async fn run_scope(
         scoped_api(client, ns, &kinds.browser),
         watcher::Config::default().any_semantic(),
     )
+    .inspect(count_watch_errors(shared.metrics.clone(), "browsers"))
     .default_backoff()
     .modify(strip_managed_fields)
     .reflect(browser_writer)
@@ -343,8 +375,14 @@ pub async fn run_scope(
             .labels(&keys::managed_pods_selector())
             .any_semantic(),
     )
+    .inspect(count_watch_errors(shared.metrics.clone(), "pods"))
     .default_backoff()
     .modify(strip_managed_fields)
+    .inspect(observe_scheduling(
+        pod_reader.clone(),
+        kinds.pod.clone(),
+        shared.metrics.clone(),
+    ))
     .reflect(pod_writer)
     .inspect(mark_synced(pods_synced_tx))
     .touched_objects();
@@ -355,6 +393,7 @@ pub async fn run_scope(
         scoped_api(client, ns, &kinds.browserconfig),
         watcher::Config::default().any_semantic(),
     )
+    .inspect(count_watch_errors(shared.metrics.clone(), "browserconfigs"))
     .default_backoff()
     .modify(strip_managed_fields)
     .reflect(config_writer)
@@ -374,6 +413,8 @@ pub async fn run_scope(
     let browser_ar = kinds.browser.clone();
     let pod_mapper_ar = kinds.browser.clone();
     let waiting_reader = browser_reader.clone();
+    // Held until the scope stops: the `browsers` gauge reads this cache at scrape time.
+    let _gauge_source = shared.metrics.observe_browsers(browser_reader.clone());
     info!(namespace = ns.unwrap_or("<all>"), "watching Browsers");
     Controller::for_stream_with(browsers, browser_reader, browser_ar)
         .watches_stream_with(
@@ -489,6 +530,8 @@ async fn reconcile_inner(
         )
     });
 
+    log_plan(&plan);
+
     let browsers_api = scope.api(&shared.kinds.browser, ns);
     let target = Target {
         browsers: &browsers_api,
@@ -502,6 +545,7 @@ async fn reconcile_inner(
     let mut requeue = plan.requeue_after;
     if let Some(failure) = executed.create_rejected {
         let rejected = decide::create_rejected(&observed, &shared.settings, failure);
+        log_plan(&rejected);
         let executed_rejection = target.execute(&rejected).await?;
         remember(scope, ns, name, &executed_rejection);
         events = rejected.events.clone();
@@ -510,6 +554,7 @@ async fn reconcile_inner(
     } else {
         remember(scope, ns, name, &executed);
         publish_failures(shared, &plan);
+        observe_running(shared, &browser, &plan);
     }
     if plan.delete_browser || plan.release_finalizer {
         scope.fresher.forget(ns, name);
@@ -523,6 +568,36 @@ async fn reconcile_inner(
         }
     }
     Ok(requeue.map_or_else(Action::await_change, Action::requeue))
+}
+
+/// What a reconcile decided to write, at debug level (cheap: flags and the phase only).
+fn log_plan(plan: &decide::Plan) {
+    let status = plan.status.as_ref();
+    let field = |f: &str| status.and_then(|s| s.get(f)).and_then(Value::as_str);
+    debug!(
+        ensure_metadata = plan.ensure_metadata,
+        create_pod = plan.create_pod.is_some(),
+        status_phase = field("phase"),
+        status_reason = field("reason"),
+        delete_pod_grace = ?plan.delete_pod.as_ref().map(|d| d.grace_seconds),
+        delete_browser = plan.delete_browser,
+        release_finalizer = plan.release_finalizer,
+        requeue_after = ?plan.requeue_after,
+        "decided"
+    );
+}
+
+/// The `running` startup stage, in the one reconcile that first publishes `Running`.
+fn observe_running(shared: &Shared, browser: &DynamicObject, plan: &decide::Plan) {
+    let current = browser.data.get("status").unwrap_or(&Value::Null);
+    if let Some(desired) = &plan.status
+        && metrics::publishes_running(current, desired)
+        && let Some(created) = &browser.metadata.creation_timestamp
+    {
+        shared
+            .metrics
+            .startup(Stage::Running, created.0, Timestamp::now());
+    }
 }
 
 fn publish_failures(shared: &Shared, plan: &decide::Plan) {

@@ -3,6 +3,7 @@
 //! The only decision taken here is the classification of a rejected pod create, and that is
 //! a pure function ([`classify_create_error`]).
 
+use jiff::Timestamp;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions};
 use kube::core::ApiResource;
 use serde_json::{Value, json};
@@ -10,7 +11,7 @@ use serde_json::{Value, json};
 use super::decide::{Event, Plan, PodDelete};
 use super::status::Failure;
 use crate::api::keys;
-use crate::metrics::Metrics;
+use crate::metrics::{self, Metrics, Stage};
 
 /// Why executing a plan failed; the reconcile is retried with backoff.
 #[derive(Debug, thiserror::Error)]
@@ -99,8 +100,15 @@ impl Target<'_> {
             executed.browser = Some(self.apply_metadata().await?);
         }
         if let Some(pod) = &plan.create_pod {
+            let sent = Timestamp::now();
             match self.create_pod(pod).await {
-                Ok(pod) => executed.pod = Some(fresh(pod)),
+                Ok(pod) => {
+                    // A pod is created at most once per Browser, so this is its one sample.
+                    if let Some(created) = &self.browser.metadata.creation_timestamp {
+                        self.metrics.startup(Stage::PodCreated, created.0, sent);
+                    }
+                    executed.pod = Some(fresh(pod));
+                }
                 Err(kube::Error::Api(status)) => {
                     self.metrics.pod_create_error(status.code);
                     match classify_create_error(status.code, &status.message) {
@@ -133,11 +141,19 @@ impl Target<'_> {
                 None => executed.pod_deleted = Some(delete.uid.clone()),
             }
         }
+        // The Browser leaves the operator's hands when our finalizer comes off (or, without
+        // one, when it is deleted). Only a write that took effect counts: a stale repeat finds
+        // the Browser gone and counts nothing.
+        let mut let_go = false;
         if plan.delete_browser {
-            self.delete_browser().await?;
+            let_go = self.delete_browser().await? && !plan.release_finalizer;
         }
         if plan.release_finalizer {
-            self.release_finalizer().await?;
+            let_go |= self.release_finalizer().await?;
+        }
+        if let_go {
+            let status = self.browser.data.get("status").unwrap_or(&Value::Null);
+            self.metrics.deletion(metrics::deletion_reason(status));
         }
         Ok(executed)
     }
@@ -210,7 +226,8 @@ impl Target<'_> {
         }
     }
 
-    async fn delete_browser(&self) -> Result<(), ExecuteError> {
+    /// Returns whether the delete took effect (`false`: already gone or replaced).
+    async fn delete_browser(&self) -> Result<bool, ExecuteError> {
         let params = DeleteParams {
             preconditions: Some(Preconditions {
                 uid: self.browser.metadata.uid.clone(),
@@ -219,7 +236,7 @@ impl Target<'_> {
             ..DeleteParams::background()
         };
         self.metrics.write("delete", "browsers");
-        ignore_gone(self.browsers.delete(self.name(), &params).await.map(|_| ())).map_err(
+        took_effect(self.browsers.delete(self.name(), &params).await.map(|_| ())).map_err(
             |source| ExecuteError::Api {
                 action: "delete Browser",
                 source,
@@ -228,8 +245,9 @@ impl Target<'_> {
     }
 
     /// Removes our finalizer with a JSON patch guarded by `test`, so a concurrent change of
-    /// the list (or a finalizer another manager wrote) is never lost or clobbered.
-    async fn release_finalizer(&self) -> Result<(), ExecuteError> {
+    /// the list (or a finalizer another manager wrote) is never lost or clobbered. Returns
+    /// whether the finalizer came off by this write.
+    async fn release_finalizer(&self) -> Result<bool, ExecuteError> {
         let Some(index) = self
             .browser
             .metadata
@@ -237,14 +255,14 @@ impl Target<'_> {
             .as_ref()
             .and_then(|f| f.iter().position(|x| x == keys::FINALIZER))
         else {
-            return Ok(());
+            return Ok(false);
         };
         let patch: json_patch::Patch = serde_json::from_value(json!([
             {"op": "test", "path": format!("/metadata/finalizers/{index}"), "value": keys::FINALIZER},
             {"op": "remove", "path": format!("/metadata/finalizers/{index}")},
         ]))?;
         self.metrics.write("patch", "browsers");
-        ignore_gone(
+        took_effect(
             self.browsers
                 .patch(
                     self.name(),
@@ -261,12 +279,13 @@ impl Target<'_> {
     }
 }
 
-/// A delete or patch of something already gone (404) or already replaced by a
-/// same-named object with another UID (409 precondition) has nothing left to do.
-fn ignore_gone(result: Result<(), kube::Error>) -> Result<(), kube::Error> {
+/// Whether a delete or patch took effect. Something already gone (404) or already replaced
+/// by a same-named object with another UID (409 precondition) has nothing left to do.
+fn took_effect(result: Result<(), kube::Error>) -> Result<bool, kube::Error> {
     match result {
-        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
-        other => other,
+        Ok(()) => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(false),
+        Err(e) => Err(e),
     }
 }
 

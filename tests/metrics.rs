@@ -1,0 +1,425 @@
+//! The operator's metrics after scripted lifecycles on the in-process API server double:
+//! every family of the README's Endpoints section, with the values the lifecycle implies,
+//! read from `Metrics::encode()` and from the real `/metrics` endpoint.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Parser;
+use kube::Client;
+use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
+use kube::core::ApiResource;
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+
+use browser_controller::api::crd::{self, Layout};
+use browser_controller::cli::Cli;
+use browser_controller::metrics::Metrics;
+use browser_controller::operator;
+use support::apiserver::{ApiServer, Fault};
+use support::kubelet::{Kubelet, KubeletHandle, Script};
+
+const NS: &str = "sessions";
+const WAIT: Duration = Duration::from_secs(20);
+
+fn resource(kind: &str, plural: &str) -> ApiResource {
+    ApiResource {
+        group: "selenosis.io".into(),
+        version: "v1".into(),
+        api_version: "selenosis.io/v1".into(),
+        kind: kind.into(),
+        plural: plural.into(),
+    }
+}
+
+/// One running operator against one API server double, with a kubelet.
+struct Env {
+    server: ApiServer,
+    client: Client,
+    metrics: Arc<Metrics>,
+    kubelet: KubeletHandle,
+    stop: Option<oneshot::Sender<()>>,
+    operator: Option<tokio::task::JoinHandle<()>>,
+}
+
+async fn start(flags: &[&str]) -> Env {
+    let server = ApiServer::new();
+    for crd in crd::crds(Layout::Default) {
+        server.install_crd(&crd).expect("CRD installs");
+    }
+    let client = server.client();
+    let kubelet = Kubelet::start(client.clone(), "node-1", Script::Run);
+    let metrics = Arc::new(Metrics::new());
+    let mut argv = vec!["browser-controller", "--health-probe-bind-address=0"];
+    argv.extend_from_slice(flags);
+    let args = Cli::try_parse_from(argv).expect("flags parse").run;
+    let (tx, rx) = oneshot::channel::<()>();
+    let operator = {
+        let client = client.clone();
+        let metrics = metrics.clone();
+        tokio::spawn(async move {
+            let stop = async move {
+                let _ = rx.await;
+            };
+            operator::run_with_client(client, args, metrics, stop)
+                .await
+                .expect("operator runs");
+        })
+    };
+    Env {
+        server,
+        client,
+        metrics,
+        kubelet,
+        stop: Some(tx),
+        operator: Some(operator),
+    }
+}
+
+impl Env {
+    async fn stop_operator(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(handle) = self.operator.take() {
+            tokio::time::timeout(WAIT, handle)
+                .await
+                .expect("operator stops in time")
+                .expect("operator task ends cleanly");
+        }
+    }
+
+    fn browsers(&self) -> Api<DynamicObject> {
+        Api::namespaced_with(self.client.clone(), NS, &resource("Browser", "browsers"))
+    }
+
+    async fn chrome_config(&self) {
+        let ar = resource("BrowserConfig", "browserconfigs");
+        let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), NS, &ar);
+        let obj: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": ar.api_version, "kind": "BrowserConfig",
+            "metadata": {"name": "chrome", "namespace": NS},
+            "spec": {
+                "template": {
+                    "sidecars": [{"name": "seleniferous", "image": "alcounit/seleniferous:v2", "ports": [{"containerPort": 4445}]}],
+                    "ports": [{"containerPort": 4444}],
+                },
+                "browsers": {"chrome": {"139.0": {"image": "selenium/standalone-chrome:139.0"}}}
+            },
+        }))
+        .unwrap();
+        api.create(&PostParams::default(), &obj)
+            .await
+            .expect("config created");
+    }
+
+    async fn create_browser(&self, name: &str, version: &str) {
+        let obj: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "selenosis.io/v1", "kind": "Browser",
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {"browserName": "chrome", "browserVersion": version},
+        }))
+        .unwrap();
+        self.browsers()
+            .create(&PostParams::default(), &obj)
+            .await
+            .expect("browser created");
+    }
+
+    fn browser(&self, name: &str) -> Option<Value> {
+        self.server.get("browsers", NS, name)
+    }
+
+    async fn until(&self, what: &str, check: impl Fn(&Env) -> bool) {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        while !check(self) {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "timed out waiting for {what}; browsers: {:#?}; metrics:\n{}",
+                self.server.list("browsers", NS),
+                self.metrics.encode().unwrap()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    async fn until_gone(&self, name: &str) {
+        self.until(&format!("{name} and its pod to be gone"), |e| {
+            e.browser(name).is_none() && e.server.get("pods", NS, name).is_none()
+        })
+        .await;
+    }
+
+    /// Waits until the operator's own exposition shows `series` at `value`.
+    async fn until_metric(&self, series: &str, value: f64) {
+        self.until(&format!("{series} = {value}"), |e| {
+            sample(&e.metrics.encode().unwrap(), series) == Some(value)
+        })
+        .await;
+    }
+}
+
+fn is_running(b: &Option<Value>) -> bool {
+    b.as_ref()
+        .is_some_and(|b| b["status"]["phase"] == "Running")
+}
+
+/// The value of the sample named exactly `series` (name and labels).
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .filter_map(|l| l.rsplit_once(' '))
+        .find(|(name, _)| *name == series)
+        .and_then(|(_, v)| v.parse().ok())
+}
+
+/// Every sample of the family `name` (its lines that carry labels).
+fn samples<'a>(text: &'a str, name: &str) -> Vec<&'a str> {
+    let prefix = format!("{name}{{");
+    text.lines().filter(|l| l.starts_with(&prefix)).collect()
+}
+
+const RUNNING_CHROME: &str = "browser_controller_browsers{namespace=\"sessions\",browser=\"chrome\",version=\"139.0\",phase=\"Running\"}";
+
+fn stage_count(stage: &str) -> String {
+    format!("browser_controller_startup_seconds_count{{stage=\"{stage}\"}}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scripted_lifecycle_shows_in_every_family() {
+    let mut env = start(&["--metrics-addr=0"]).await;
+    env.chrome_config().await;
+    env.until_metric(
+        "browser_controller_browserconfig_entries{namespace=\"sessions\"}",
+        1.0,
+    )
+    .await;
+    env.kubelet.set(
+        "s1",
+        Script::ExitAfterRunning {
+            container: "seleniferous".into(),
+            exit_code: 0,
+            after: Duration::from_secs(2),
+        },
+    );
+    env.create_browser("s1", "139.0").await;
+    env.until("s1 running", |e| is_running(&e.browser("s1")))
+        .await;
+
+    // While it runs: the gauge from the operator's cache, and each startup stage once.
+    env.until_metric(RUNNING_CHROME, 1.0).await;
+    for stage in ["pod_created", "scheduled", "running"] {
+        env.until_metric(&stage_count(stage), 1.0).await;
+    }
+    let text = env.metrics.encode().unwrap();
+    assert_eq!(
+        samples(&text, "browser_controller_browsers"),
+        [format!("{RUNNING_CHROME} 1").as_str()],
+        "only s1, only Running: {text}"
+    );
+    assert_eq!(
+        sample(
+            &text,
+            "browser_controller_browserconfig_conflicts{namespace=\"sessions\"}"
+        ),
+        Some(0.0)
+    );
+
+    env.create_browser("nocfg", "1.0").await;
+    env.until_gone("nocfg").await;
+    env.until_gone("s1").await;
+    // Gone from the cluster and from the operator's cache: no series is left.
+    env.until("the browsers gauge to empty", |e| {
+        samples(&e.metrics.encode().unwrap(), "browser_controller_browsers").is_empty()
+    })
+    .await;
+
+    let text = env.metrics.encode().unwrap();
+    let value =
+        |series: &str| sample(&text, series).unwrap_or_else(|| panic!("{series} in\n{text}"));
+    assert!(value("browser_controller_reconciles_total") > 0.0);
+    assert_eq!(value("browser_controller_reconciles_in_flight"), 0.0);
+    assert!(value("browser_controller_reconcile_duration_seconds_count") > 0.0);
+    let writes = |verb: &str, resource: &str| {
+        value(&format!(
+            "browser_controller_api_writes_total{{verb=\"{verb}\",resource=\"{resource}\"}}"
+        ))
+    };
+    // One pod for s1 and none for nocfg; every Browser got its metadata and a status.
+    assert_eq!(writes("apply", "pods"), 1.0);
+    assert_eq!(writes("delete", "pods"), 1.0);
+    assert!(writes("apply", "browsers") >= 2.0);
+    assert!(writes("apply", "browsers/status") >= 4.0);
+    assert!(writes("delete", "browsers") >= 2.0);
+    assert!(writes("patch", "browsers") >= 2.0);
+    assert!(writes("apply", "browserconfigs/status") >= 1.0);
+    assert!(writes("apply-dry-run", "pods") >= 1.0);
+    assert_eq!(
+        value("browser_controller_browser_failures_total{reason=\"ConfigNotFound\"}"),
+        1.0
+    );
+    assert_eq!(
+        value("browser_controller_browser_failures_total{reason=\"ContainerTerminated\"}"),
+        1.0
+    );
+    // Each stage once for s1 and never for nocfg, which got no pod.
+    for stage in ["pod_created", "scheduled", "running"] {
+        assert_eq!(value(&stage_count(stage)), 1.0, "{stage}");
+    }
+    // Each Browser let go once, by its outcome.
+    let mut deletions = samples(&text, "browser_controller_browser_deletions_total");
+    deletions.sort_unstable();
+    assert_eq!(
+        deletions,
+        [
+            "browser_controller_browser_deletions_total{reason=\"ConfigNotFound\"} 1",
+            "browser_controller_browser_deletions_total{reason=\"ContainerTerminated\"} 1",
+        ]
+    );
+    assert!(samples(&text, "browser_controller_pod_create_errors_total").is_empty());
+    assert!(samples(&text, "browser_controller_watch_errors_total").is_empty());
+    assert_eq!(
+        value("browser_controller_browserconfig_entries{namespace=\"sessions\"}"),
+        1.0
+    );
+
+    // A watch that fails is counted per resource while the watcher retries it.
+    env.server.inject(Fault::new(
+        "watch",
+        "browserconfigs",
+        500,
+        "InternalError",
+        "etcd leader changed",
+    ));
+    env.server.drop_watches();
+    env.until("a counted BrowserConfig watch error", |e| {
+        sample(
+            &e.metrics.encode().unwrap(),
+            "browser_controller_watch_errors_total{resource=\"browserconfigs\"}",
+        )
+        .is_some_and(|n| n >= 1.0)
+    })
+    .await;
+    env.server.clear_faults();
+    env.stop_operator().await;
+}
+
+/// A plain HTTP/1.1 GET on loopback; returns (status line, lower-cased headers, body).
+fn get(port: u16, path: &str) -> Option<(String, String, String)> {
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let (head, body) = response.split_once("\r\n\r\n")?;
+    let (status, headers) = head.split_once("\r\n")?;
+    Some((status.to_string(), headers.to_lowercase(), body.to_string()))
+}
+
+async fn http_get(port: u16, path: &'static str) -> Option<(String, String, String)> {
+    tokio::task::spawn_blocking(move || get(port, path))
+        .await
+        .ok()
+        .flatten()
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_metrics_endpoint_serves_the_families_after_an_external_delete() {
+    let port = free_port();
+    let addr = format!("--metrics-addr=127.0.0.1:{port}");
+    let mut env = start(&[&addr]).await;
+    env.chrome_config().await;
+    env.create_browser("ext", "139.0").await;
+    env.until("ext running", |e| is_running(&e.browser("ext")))
+        .await;
+    env.until_metric(RUNNING_CHROME, 1.0).await;
+
+    let (status, headers, body) = http_get(port, "/metrics").await.expect("/metrics answers");
+    assert!(status.contains(" 200 "), "{status}");
+    assert!(
+        headers.contains("content-type: application/openmetrics-text; version=1.0.0"),
+        "{headers}"
+    );
+    assert_eq!(sample(&body, RUNNING_CHROME), Some(1.0), "{body}");
+    assert_eq!(sample(&body, &stage_count("running")), Some(1.0), "{body}");
+    assert!(body.ends_with("# EOF\n"));
+
+    // Deleted by someone else while it runs: the pod goes, then the finalizer.
+    env.browsers()
+        .delete("ext", &DeleteParams::default())
+        .await
+        .expect("browser deleted");
+    env.until_gone("ext").await;
+    env.until_metric(
+        "browser_controller_browser_deletions_total{reason=\"external\"}",
+        1.0,
+    )
+    .await;
+    env.until("the browsers gauge to empty", |e| {
+        samples(&e.metrics.encode().unwrap(), "browser_controller_browsers").is_empty()
+    })
+    .await;
+
+    let (_, _, body) = http_get(port, "/metrics").await.expect("/metrics answers");
+    // Counter families without any sample yet (errors, failures) are left out entirely;
+    // the cache-derived gauges are always described.
+    for family in [
+        "browser_controller_reconciles",
+        "browser_controller_reconcile_duration_seconds",
+        "browser_controller_reconciles_in_flight",
+        "browser_controller_api_writes",
+        "browser_controller_startup_seconds",
+        "browser_controller_browser_deletions",
+        "browser_controller_browsers",
+        "browser_controller_browserconfig_entries",
+        "browser_controller_browserconfig_conflicts",
+    ] {
+        assert!(
+            body.contains(&format!("# TYPE {family} ")),
+            "family {family} missing from\n{body}"
+        );
+    }
+    assert_eq!(
+        sample(
+            &body,
+            "browser_controller_browser_deletions_total{reason=\"external\"}"
+        ),
+        Some(1.0),
+        "{body}"
+    );
+    assert!(
+        samples(&body, "browser_controller_browsers").is_empty(),
+        "{body}"
+    );
+    assert!(
+        samples(&body, "browser_controller_browser_failures_total").is_empty(),
+        "an external delete is no failure: {body}"
+    );
+    assert_eq!(
+        sample(
+            &body,
+            "browser_controller_api_writes_total{verb=\"delete\",resource=\"pods\"}"
+        ),
+        Some(1.0)
+    );
+
+    env.stop_operator().await;
+    assert!(
+        http_get(port, "/metrics").await.is_none(),
+        "the endpoint stops with the operator"
+    );
+}
