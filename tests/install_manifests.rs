@@ -161,7 +161,7 @@ fn cluster_role_grants_exactly_what_the_operator_uses() {
         triples(
             &["coordination.k8s.io"],
             &["leases"],
-            &["get", "create", "update", "patch"],
+            &["get", "create", "patch"],
         ),
         triples(
             &["authorization.k8s.io"],
