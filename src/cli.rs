@@ -80,6 +80,34 @@ pub struct RunArgs {
           default_missing_value = "true", action = ArgAction::Set)]
     pub enable_leader_election: bool,
 
+    /// Name of the leader-election Lease.
+    #[arg(
+        long,
+        env = "LEADER_ELECTION_ID",
+        default_value = "controller.selenosis.io"
+    )]
+    pub leader_election_id: String,
+
+    /// Namespace of the Lease (default: POD_NAMESPACE, else the service account's namespace).
+    #[arg(long, env = "LEADER_ELECTION_NAMESPACE")]
+    pub leader_election_namespace: Option<String>,
+
+    /// A standby takes over at most this long after the leader stopped renewing (whole seconds).
+    #[arg(long, env = "LEADER_ELECTION_LEASE_DURATION", default_value = "15s", value_parser = duration::parse)]
+    pub leader_election_lease_duration: Duration,
+
+    /// The leader stops (and exits) when its Lease has not been renewed for this long.
+    #[arg(long, env = "LEADER_ELECTION_RENEW_DEADLINE", default_value = "10s", value_parser = duration::parse)]
+    pub leader_election_renew_deadline: Duration,
+
+    /// How often a standby looks at the Lease and the leader confirms that it still holds it.
+    #[arg(long, env = "LEADER_ELECTION_RETRY_PERIOD", default_value = "2s", value_parser = duration::parse)]
+    pub leader_election_retry_period: Duration,
+
+    /// On SIGTERM/SIGINT, in-flight reconciles get this long to finish before the operator stops anyway.
+    #[arg(long, env = "SHUTDOWN_TIMEOUT", default_value = "25s", value_parser = duration::parse)]
+    pub shutdown_timeout: Duration,
+
     /// Namespace to watch; repeat (or comma-separate in the env var) for more. Default: all.
     #[arg(long = "namespace", env = "WATCH_NAMESPACE", value_delimiter = ',')]
     pub namespaces: Vec<String>,
@@ -210,6 +238,12 @@ mod tests {
         assert_eq!(run.browser_max_lifetime, Duration::ZERO);
         assert_eq!(run.failed_browser_retention, Duration::ZERO);
         assert!(run.namespaces.is_empty());
+        assert_eq!(run.leader_election_id, "controller.selenosis.io");
+        assert_eq!(run.leader_election_namespace, None);
+        assert_eq!(run.leader_election_lease_duration, Duration::from_secs(15));
+        assert_eq!(run.leader_election_renew_deadline, Duration::from_secs(10));
+        assert_eq!(run.leader_election_retry_period, Duration::from_secs(2));
+        assert_eq!(run.shutdown_timeout, Duration::from_secs(25));
     }
 
     #[test]

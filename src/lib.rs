@@ -9,6 +9,7 @@ pub mod config;
 pub mod config_controller;
 pub mod controller;
 pub mod duration;
+pub mod leader;
 pub mod lifecycle;
 pub mod manifest;
 pub mod metrics;

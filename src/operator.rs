@@ -1,19 +1,24 @@
-//! Running the operator (SPEC §6): logging, client, discovery, endpoints, one controller per
-//! watched scope, and a graceful stop on SIGTERM/SIGINT (a second signal exits at once).
+//! Running the operator (SPEC §6): logging, client, discovery, endpoints, leader election,
+//! one controller per watched scope, and a graceful stop on SIGTERM/SIGINT: in-flight
+//! reconciles finish (bounded), the Lease is released, the endpoints stop; a second signal
+//! exits at once.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::FutureExt;
+use futures::future::Either;
 use futures::future::{BoxFuture, Shared as SharedFuture};
 use kube::Client;
 use tokio::sync::watch;
-use tracing::{error, info};
+use tracing::{error, info, warn};
 use tracing_subscriber::EnvFilter;
 
 use crate::api::discovery::{self, DiscoveryError};
 use crate::cli::{LogFormat, RunArgs};
 use crate::config_controller;
 use crate::controller::{self, Shared};
+use crate::leader::{Election, LeaderError, LostLease, Role};
 use crate::lifecycle::decide::Settings;
 use crate::metrics::Metrics;
 use crate::permissions::{self, PermissionError};
@@ -34,6 +39,20 @@ pub enum RunError {
     Serve(#[from] ServeError),
     #[error("invalid --log-level: {0}")]
     LogLevel(String),
+    #[error(transparent)]
+    Leader(LeaderError),
+    /// Reconciling stopped the moment the Lease was lost; a restart rejoins as a standby.
+    #[error("{0}; exiting so that a restart rejoins as a standby")]
+    LostLease(LostLease),
+}
+
+impl From<LeaderError> for RunError {
+    fn from(e: LeaderError) -> Self {
+        match e {
+            LeaderError::Lost(lost) => RunError::LostLease(lost),
+            other => RunError::Leader(other),
+        }
+    }
 }
 
 /// Sets up `tracing`: RUST_LOG wins over `--log-level`; text or JSON lines on stderr.
@@ -126,8 +145,72 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     .await
 }
 
+/// The Browser controller and the BrowserConfig validator of every watched scope until
+/// `stop` resolves; then in-flight reconciles get `grace` to finish.
+///
+/// Two cases do not wait: kube-runtime never ends a controller that is stopped before its
+/// cache completed the first list, so a stop before the caches are synced ends at once (a
+/// reconcile writes nothing before its caches are synced), and the validators are not waited
+/// for once the Browser controllers have drained (a validation is a dry run and one
+/// idempotent status apply, repeated by whoever runs next).
+async fn reconcile_until_stopped(
+    shared: Arc<Shared>,
+    namespaces: &[String],
+    stop: Stop,
+    grace: Duration,
+) {
+    let scopes: Vec<Option<String>> = if namespaces.is_empty() {
+        vec![None]
+    } else {
+        namespaces.iter().cloned().map(Some).collect()
+    };
+    let validators = futures::future::join_all(scopes.iter().cloned().map(|ns| {
+        config_controller::run_scope(
+            shared.client.clone(),
+            shared.kinds.clone(),
+            ns,
+            shared.verdicts.clone(),
+            shared.metrics.clone(),
+            stop.clone(),
+        )
+    }));
+    let controllers = futures::future::join_all(
+        scopes
+            .into_iter()
+            .map(|ns| controller::run_scope(shared.clone(), ns, stop.clone())),
+    );
+    let work = async {
+        if let Either::Right((_, controllers)) =
+            futures::future::select(Box::pin(controllers), Box::pin(validators)).await
+        {
+            controllers.await;
+        }
+    };
+    tokio::pin!(work);
+    tokio::select! {
+        () = &mut work => return,
+        () = stop => {}
+    }
+    if !shared.is_ready() {
+        info!("stopping before the caches were synced: nothing to finish");
+        return;
+    }
+    if tokio::time::timeout(grace, work).await.is_err() {
+        warn!(
+            timeout = %crate::duration::format(grace),
+            "in-flight reconciles did not finish within --shutdown-timeout; stopping anyway"
+        );
+    }
+}
+
 /// Runs the operator on `client` until `stop` resolves, recording into `metrics`; used by
 /// `run` and by tests.
+///
+/// With `--enable-leader-election` the endpoints come up at once and the controllers start
+/// only once this replica holds the Lease. Losing the Lease drops the controllers at once
+/// and returns [`RunError::LostLease`] (the process then exits non-zero and restarts as a
+/// standby). After `stop`, in-flight reconciles get `--shutdown-timeout`, the Lease is
+/// released, then the endpoints stop.
 pub async fn run_with_client(
     client: Client,
     args: RunArgs,
@@ -135,6 +218,7 @@ pub async fn run_with_client(
     stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), RunError> {
     let stop: Stop = stop.boxed().shared();
+    let election = Election::from_args(&args)?;
     let kinds = discovery::resolve(
         &client,
         args.browser_api_group.as_deref(),
@@ -148,63 +232,73 @@ pub async fn run_with_client(
         .or_else(|_| std::env::var("HOSTNAME"))
         .unwrap_or_else(|_| "browser-controller".into());
     let shared = Shared::new(
-        client,
+        client.clone(),
         kinds,
         Settings::from(&args),
         args.max_workers,
         metrics.clone(),
         instance,
     );
+    let (role_tx, role) = watch::channel(match election {
+        Some(_) => Role::Standby,
+        None => Role::Leader,
+    });
     let probes = Probes {
         shared: shared.clone(),
         metrics,
+        role,
     };
 
+    // The endpoints outlive the controllers: they stop last, after the Lease is released.
+    let (halt_tx, halt_rx) = watch::channel(false);
+    let halt = stop_future(&halt_rx);
     let mut servers = Vec::new();
     match (args.health_probe_bind_address.0, args.metrics_addr.0) {
         (Some(health), Some(metrics)) if health == metrics => {
             let router =
                 server::health_routes(probes.clone()).merge(server::metrics_routes(probes));
-            servers.push(server::bind(health, router, stop.clone()).await?.boxed());
+            servers.push(server::bind(health, router, halt.clone()).await?.boxed());
         }
         (health, metrics) => {
             if let Some(addr) = health {
                 let router = server::health_routes(probes.clone());
-                servers.push(server::bind(addr, router, stop.clone()).await?.boxed());
+                servers.push(server::bind(addr, router, halt.clone()).await?.boxed());
             }
             if let Some(addr) = metrics {
                 let router = server::metrics_routes(probes);
-                servers.push(server::bind(addr, router, stop.clone()).await?.boxed());
+                servers.push(server::bind(addr, router, halt.clone()).await?.boxed());
             }
         }
     }
     let servers = futures::future::join_all(servers.into_iter().map(tokio::spawn));
 
-    let scopes: Vec<Option<String>> = if args.namespaces.is_empty() {
-        vec![None]
-    } else {
-        args.namespaces.iter().cloned().map(Some).collect()
-    };
-    let validators = scopes.iter().cloned().map(|ns| {
-        config_controller::run_scope(
-            shared.client.clone(),
-            shared.kinds.clone(),
-            ns,
-            shared.verdicts.clone(),
-            shared.metrics.clone(),
+    let work = || {
+        reconcile_until_stopped(
+            shared.clone(),
+            &args.namespaces,
             stop.clone(),
+            args.shutdown_timeout,
         )
-    });
-    let validators = futures::future::join_all(validators);
-    let controllers = scopes
-        .into_iter()
-        .map(|ns| controller::run_scope(shared.clone(), ns, stop.clone()));
-    futures::future::join(futures::future::join_all(controllers), validators).await;
-    for result in servers.await {
-        if let Ok(Err(e)) = result {
+    };
+    let result = match &election {
+        None => {
+            work().await;
+            Ok(())
+        }
+        Some(election) => election
+            .lead(&client, &role_tx, stop.clone(), work)
+            .await
+            .map_err(RunError::from),
+    };
+
+    let _ = halt_tx.send(true);
+    for served in servers.await {
+        if let Ok(Err(e)) = served {
             error!(error = %e, "endpoint server failed");
         }
     }
-    info!("stopped");
-    Ok(())
+    if result.is_ok() {
+        info!("stopped");
+    }
+    result
 }

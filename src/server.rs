@@ -10,8 +10,10 @@ use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use futures::Future;
+use tokio::sync::watch;
 
 use crate::controller::Shared;
+use crate::leader::Role;
 use crate::metrics::Metrics;
 
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -30,6 +32,7 @@ pub struct ServeError {
 pub struct Probes {
     pub shared: Arc<Shared>,
     pub metrics: Arc<Metrics>,
+    pub role: watch::Receiver<Role>,
 }
 
 async fn healthz() -> &'static str {
@@ -37,10 +40,12 @@ async fn healthz() -> &'static str {
 }
 
 async fn readyz(State(probes): State<Probes>) -> impl IntoResponse {
-    if probes.shared.is_ready() {
-        (StatusCode::OK, "ok")
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "caches not synced")
+    let role = *probes.role.borrow();
+    match role {
+        // Ready but idle: a rollout may proceed while this replica waits for the Lease.
+        Role::Standby => (StatusCode::OK, "standby: waiting for the leader Lease"),
+        Role::Leader if probes.shared.is_ready() => (StatusCode::OK, "ok"),
+        Role::Leader => (StatusCode::SERVICE_UNAVAILABLE, "caches not synced"),
     }
 }
 

@@ -180,7 +180,7 @@ fn leases() -> Vec<Triple> {
     triples(
         &["coordination.k8s.io"],
         &["leases"],
-        &["get", "create", "update", "patch"],
+        &["get", "create", "patch"],
     )
 }
 
