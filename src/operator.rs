@@ -227,7 +227,11 @@ pub async fn run_with_client(
     .await?;
     info!(browser = %kinds.browser.api_version, browserconfig = %kinds.browserconfig.api_version, "resolved kinds");
     // Fail at start with every missing RBAC rule rather than later inside a watch or a write.
-    permissions::check(&client, &kinds, &args.namespaces).await?;
+    let mut needed = permissions::required(&kinds, &args.namespaces);
+    if let Some(election) = &election {
+        needed.extend(permissions::lease(&election.namespace));
+    }
+    permissions::check_accesses(&client, needed, permissions::CHECK_TIMEOUT).await?;
     let instance = std::env::var("POD_NAME")
         .or_else(|_| std::env::var("HOSTNAME"))
         .unwrap_or_else(|_| "browser-controller".into());

@@ -200,8 +200,35 @@ pub async fn check_within(
     namespaces: &[String],
     timeout: Duration,
 ) -> Result<(), PermissionError> {
+    check_accesses(client, required(kinds, namespaces), timeout).await
+}
+
+/// What leader election needs on its Lease, in the Lease's namespace.
+pub fn lease(namespace: &str) -> Vec<Access> {
+    let leases = ApiResource {
+        group: "coordination.k8s.io".into(),
+        version: "v1".into(),
+        api_version: "coordination.k8s.io/v1".into(),
+        kind: "Lease".into(),
+        plural: "leases".into(),
+    };
+    access(
+        &leases,
+        None,
+        &["get", "create", "patch"],
+        &Some(namespace.to_string()),
+    )
+    .collect()
+}
+
+/// Asks the API server about each of `accesses` (bounded concurrency, bounded time).
+pub async fn check_accesses(
+    client: &Client,
+    accesses: Vec<Access>,
+    timeout: Duration,
+) -> Result<(), PermissionError> {
     let api: Api<SelfSubjectAccessReview> = Api::all(client.clone());
-    let reviews = futures::stream::iter(required(kinds, namespaces))
+    let reviews = futures::stream::iter(accesses)
         .map(|access| {
             let api = api.clone();
             async move {

@@ -361,6 +361,17 @@ fn the_roles_cover_everything_the_start_up_check_asks_for() {
             );
         }
     }
+    let lease_role = granted(&one(&namespaced("leader-election.yaml"), "Role"));
+    for access in permissions::lease(NAMESPACE) {
+        assert!(
+            lease_role.contains(&as_triple(&access)),
+            "leader-election Role lacks {access}"
+        );
+        assert!(
+            cluster_wide.contains(&as_triple(&access)),
+            "ClusterRole lacks {access}"
+        );
+    }
 }
 
 #[test]

@@ -144,3 +144,26 @@ async fn an_unanswered_review_ends_the_check() {
         .unwrap_err();
     assert!(matches!(err, PermissionError::Timeout(_)), "{err:?}");
 }
+
+#[tokio::test]
+async fn leader_election_needs_its_lease_verbs_in_the_lease_namespace() {
+    let (server, client, _kinds) = setup(Layout::Default).await;
+    let lease = permissions::lease("browser-controller");
+    permissions::check_accesses(&client, lease.clone(), Duration::from_secs(5))
+        .await
+        .unwrap();
+    server.deny_in(
+        "browser-controller",
+        "patch",
+        "coordination.k8s.io",
+        "leases",
+    );
+    let missing =
+        missing(permissions::check_accesses(&client, lease, Duration::from_secs(5)).await);
+    assert_eq!(missing.len(), 1, "{missing:?}");
+    assert!(
+        missing[0].starts_with("patch leases.coordination.k8s.io"),
+        "{missing:?}"
+    );
+    assert!(missing[0].contains("browser-controller"), "{missing:?}");
+}
