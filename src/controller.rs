@@ -576,6 +576,7 @@ fn log_plan(plan: &decide::Plan) {
     let field = |f: &str| status.and_then(|s| s.get(f)).and_then(Value::as_str);
     debug!(
         ensure_metadata = plan.ensure_metadata,
+        adopt_pod = plan.adopt_pod.is_some(),
         create_pod = plan.create_pod.is_some(),
         status_phase = field("phase"),
         status_reason = field("reason"),

@@ -18,6 +18,10 @@ pub const ANNOTATION_OPTIONS: &str = "selenosis.io/options";
 pub const LABEL_OWNER: &str = "selenosis.io/owner";
 /// Field manager of every server-side apply the operator sends.
 pub const FIELD_MANAGER: &str = "browser-controller";
+/// Field manager of the label-only apply that adopts a pod another controller created
+/// (a Go browser-controller). Kept apart from [`FIELD_MANAGER`] so that the metadata-only
+/// body never releases spec fields [`FIELD_MANAGER`] owns on a pod the operator created.
+pub const ADOPTION_FIELD_MANAGER: &str = "browser-controller-adoption";
 /// Name of the main container of a browser pod.
 pub const BROWSER_CONTAINER: &str = "browser";
 /// Name of the session proxy sidecar; critical like the browser container.

@@ -2,6 +2,7 @@
 //! the outcome of rendering a pod for it, and the time, decide every write and when to look
 //! again. Nothing here talks to the API; `execute` performs the returned [`Plan`].
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
@@ -65,12 +66,23 @@ pub struct Event {
     pub action: &'static str,
 }
 
-/// Everything one reconcile writes, in execution order: metadata, pod, status, pod
-/// deletion, Browser deletion, finalizer release.
+/// Labels to put on a pod this Browser controls that lacks the operator's labels (a pod a
+/// Go browser-controller created): a metadata-only write that brings it into the pod watch.
+/// The pod spec is never touched.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodAdoption {
+    /// Precondition: the pod that was observed, not a successor of the same name.
+    pub uid: String,
+    pub labels: BTreeMap<String, String>,
+}
+
+/// Everything one reconcile writes, in execution order: metadata, pod adoption, pod,
+/// status, pod deletion, Browser deletion, finalizer release.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Plan {
     /// Apply the finalizer and the `selenosis.io/browser*` labels in one write.
     pub ensure_metadata: bool,
+    pub adopt_pod: Option<PodAdoption>,
     pub create_pod: Option<Value>,
     /// The full desired status; `None` when what is there is already right.
     pub status: Option<Value>,
@@ -113,13 +125,6 @@ impl Observed<'_> {
         self.status().get("phase").and_then(Value::as_str)
     }
 
-    fn spec_str(&self, field: &str) -> Option<&str> {
-        self.browser
-            .data
-            .pointer(&format!("/spec/{field}"))
-            .and_then(Value::as_str)
-    }
-
     fn has_finalizer(&self) -> bool {
         self.browser
             .metadata
@@ -156,12 +161,82 @@ impl Observed<'_> {
             || s.get("startTime").is_some()
     }
 
+    /// The operator's labels a pod of this Browser carries; a part whose value would not be
+    /// a valid label value (an invalid spec) is left out.
+    fn pod_labels(&self) -> BTreeMap<String, String> {
+        let mut labels = BTreeMap::from([(keys::LABEL_MANAGED_BY.into(), keys::MANAGER.into())]);
+        if let Some(name) = self
+            .browser
+            .metadata
+            .name
+            .as_deref()
+            .filter(|n| names::check_label_value(n).is_ok())
+        {
+            labels.insert(keys::LABEL_BROWSER.into(), name.into());
+        }
+        for (key, field) in [
+            (keys::LABEL_BROWSER_NAME, "browserName"),
+            (keys::LABEL_BROWSER_VERSION, "browserVersion"),
+        ] {
+            if let Ok(value) = spec_field(self.browser, field) {
+                labels.insert(key.into(), value.into());
+            }
+        }
+        labels
+    }
+
+    /// The adoption of the pod this Browser controls, when it lacks the operator's labels
+    /// (SPEC §4.4: pods are watched only through the operator's label).
+    fn adoption(&self) -> Option<PodAdoption> {
+        let pod = self.owned_pod()?;
+        let labels = self.pod_labels();
+        let current = pod.pointer("/metadata/labels");
+        let labelled = labels.iter().all(|(k, v)| {
+            current.and_then(|l| l.get(k)).and_then(Value::as_str) == Some(v.as_str())
+        });
+        (!labelled).then(|| PodAdoption {
+            uid: pod_uid(pod),
+            labels,
+        })
+    }
+
     fn labels_ok(&self, name: &str, version: &str) -> bool {
         let labels = self.browser.metadata.labels.as_ref();
         let get = |k: &str| labels.and_then(|l| l.get(k)).map(String::as_str);
         get(keys::LABEL_BROWSER) == self.browser.metadata.name.as_deref()
             && get(keys::LABEL_BROWSER_NAME) == Some(name)
             && get(keys::LABEL_BROWSER_VERSION) == Some(version)
+    }
+}
+
+/// `spec.<field>` as the string it must be (SPEC §1.1), or what is wrong with it. Numbers
+/// are refused rather than converted: YAML reads `120.10` as the number 120.1, so a
+/// converted version could silently name another browser version.
+pub fn spec_field<'a>(browser: &'a DynamicObject, field: &str) -> Result<&'a str, String> {
+    match browser.data.get("spec").and_then(|s| s.get(field)) {
+        None | Some(Value::Null) => Err(format!("spec.{field} is missing")),
+        Some(Value::String(s)) if s.is_empty() => Err(format!("spec.{field} is empty")),
+        Some(Value::String(s)) => names::check_label_value(s)
+            .map(|()| s.as_str())
+            .map_err(|why| format!("spec.{field} {s:?} is not a valid label value: {why}")),
+        Some(Value::Number(n)) => Err(format!(
+            "spec.{field} must be a string, got the number {n}; quote it (\"{n}\") so it is read exactly as written"
+        )),
+        Some(other) => Err(format!(
+            "spec.{field} must be a string, got {}",
+            json_type(other)
+        )),
+    }
+}
+
+fn json_type(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
     }
 }
 
@@ -202,19 +277,16 @@ pub fn decide(obs: &Observed, settings: &Settings, creation: impl FnOnce() -> Po
         return terminal(obs, settings);
     }
     let mut plan = Plan::default();
-    let (name, version) = match (obs.spec_str("browserName"), obs.spec_str("browserVersion")) {
-        (Some(n), Some(v))
-            if !n.is_empty()
-                && !v.is_empty()
-                && names::check_label_value(n).is_ok()
-                && names::check_label_value(v).is_ok() =>
-        {
-            (n, v)
-        }
-        _ => {
+    let (name, version) = match (
+        spec_field(obs.browser, "browserName"),
+        spec_field(obs.browser, "browserVersion"),
+    ) {
+        (Ok(n), Ok(v)) => (n, v),
+        (n, v) => {
+            let problems: Vec<String> = [n.err(), v.err()].into_iter().flatten().collect();
             let failure = Failure::new(
                 "InvalidSpec",
-                "spec.browserName and spec.browserVersion must be non-empty label values (at most 63 characters: letters, digits, '-', '_', '.')",
+                format!("invalid Browser spec: {}", problems.join("; ")),
             );
             fail(&mut plan, obs, settings, failure, Some(0));
             return plan;
@@ -266,7 +338,10 @@ pub fn decide(obs: &Observed, settings: &Settings, creation: impl FnOnce() -> Po
             PodCreation::Fail(failure) => fail(&mut plan, obs, settings, failure, None),
         },
         Some(pod) if obs.owned_pod().is_none() => foreign_pod(&mut plan, obs, settings, pod),
-        Some(pod) => owned_pod(&mut plan, obs, settings, pod),
+        Some(pod) => {
+            plan.adopt_pod = obs.adoption();
+            owned_pod(&mut plan, obs, settings, pod);
+        }
     }
     plan.requeue_within(settings.resync);
     plan
@@ -466,6 +541,8 @@ fn deleting(obs: &Observed, settings: &Settings) -> Plan {
         plan.release_finalizer = true;
         return plan;
     };
+    // Only a labelled pod's removal is announced by the watch this path waits on.
+    plan.adopt_pod = obs.adoption();
     match status::deletion_requested_at(pod) {
         None => {
             plan.delete_pod = Some(PodDelete {
@@ -542,6 +619,8 @@ mod tests {
     fn pod(owner_uid: &str, meta: Value, status: Value) -> Value {
         let mut p = json!({
             "metadata": {"name": "s1", "uid": "p-uid", "creationTimestamp": "2026-11-22T10:00:01Z",
+                "labels": {"selenosis.io/browser": "s1", "selenosis.io/browser.name": "chrome",
+                    "selenosis.io/browser.version": "139.0", "app.kubernetes.io/managed-by": "browser-controller"},
                 "ownerReferences": [{"kind": "Browser", "name": "s1", "uid": owner_uid, "controller": true}]},
             "spec": {"nodeName": "n1", "containers": [{"name": "browser", "image": "chrome"}, {"name": "seleniferous", "image": "s"}]},
             "status": status,
@@ -945,5 +1024,213 @@ mod tests {
         );
         assert!(!plan.ensure_metadata);
         assert_eq!(plan.status.unwrap()["reason"], "InvalidSpec");
+    }
+
+    /// A Browser and its pod as the Go browser-controller leaves them: finalizer only, status
+    /// from its merge patches (no conditions), a pod without the operator's labels whose
+    /// owner reference names the split group.
+    fn go_era(status: Value) -> (DynamicObject, Value) {
+        let b = browser(json!({"labels": null}), status);
+        let p = pod(
+            UID,
+            json!({"labels": {"app": "browser"}, "ownerReferences": [
+                {"apiVersion": "browser.selenosis.io/v1", "kind": "Browser", "name": "s1", "uid": UID, "controller": true, "blockOwnerDeletion": true}
+            ]}),
+            json!({"phase": "Running", "podIP": "10.0.0.5", "startTime": "2026-11-22T10:00:02Z", "containerStatuses": [
+                {"name": "browser", "state": {"running": {"startedAt": "2026-11-22T10:00:03Z"}}, "restartCount": 0, "image": "chrome"},
+                {"name": "seleniferous", "state": {"running": {"startedAt": "2026-11-22T10:00:03Z"}}, "restartCount": 0, "image": "s"}
+            ]}),
+        );
+        (b, p)
+    }
+
+    fn go_running_status() -> Value {
+        json!({"phase": "Running", "podIP": "10.0.0.5", "startTime": "2026-11-22T10:00:02Z",
+            "containerStatuses": [{"name": "browser", "restartCount": 0, "state": {"running": {"startedAt": "2026-11-22T10:00:03Z"}}}]})
+    }
+
+    #[test]
+    fn a_go_era_pod_is_labelled_never_recreated_and_its_ip_kept() {
+        let (b, p) = go_era(go_running_status());
+        let plan = decide(
+            &Observed {
+                browser: &b,
+                pod: Some(&p),
+                now: t("2026-11-22T10:10:00Z"),
+            },
+            &Settings::default(),
+            no_creation,
+        );
+        let adoption = plan.adopt_pod.expect("the pod is adopted");
+        assert_eq!(adoption.uid, "p-uid");
+        assert_eq!(
+            adoption.labels,
+            BTreeMap::from([
+                (
+                    "app.kubernetes.io/managed-by".to_string(),
+                    "browser-controller".to_string()
+                ),
+                ("selenosis.io/browser".to_string(), "s1".to_string()),
+                (
+                    "selenosis.io/browser.name".to_string(),
+                    "chrome".to_string()
+                ),
+                (
+                    "selenosis.io/browser.version".to_string(),
+                    "139.0".to_string()
+                ),
+            ])
+        );
+        assert!(
+            plan.ensure_metadata,
+            "the Browser gets the operator's labels"
+        );
+        assert!(plan.create_pod.is_none() && plan.delete_pod.is_none());
+        let s = plan.status.expect("the status gains the Ready condition");
+        assert_eq!(
+            (s["phase"].as_str(), s["podIP"].as_str()),
+            (Some("Running"), Some("10.0.0.5"))
+        );
+        assert_eq!(s["conditions"][0]["status"], "True");
+    }
+
+    #[test]
+    fn a_labelled_pod_is_not_adopted_again() {
+        let b = browser(json!({}), json!({"phase": "Running", "podIP": "10.0.0.1"}));
+        let p = pod(
+            UID,
+            json!({}),
+            json!({"phase": "Running", "podIP": "10.0.0.1"}),
+        );
+        let plan = run(&b, Some(&p), "2026-11-22T10:10:00Z", &Settings::default());
+        assert_eq!(plan.adopt_pod, None);
+    }
+
+    #[test]
+    fn a_foreign_pod_without_labels_is_never_adopted() {
+        let b = browser(json!({}), Value::Null);
+        let p = pod("someone-else", json!({"labels": null}), json!({}));
+        let plan = run(&b, Some(&p), "2026-11-22T10:00:01Z", &Settings::default());
+        assert_eq!(plan.adopt_pod, None);
+        assert_eq!(plan.status.unwrap()["reason"], "PodConflict");
+    }
+
+    #[test]
+    fn a_go_era_session_end_fails_the_browser_and_deletes_its_pod() {
+        let (b, mut p) = go_era(go_running_status());
+        p["status"]["containerStatuses"][1]["state"] =
+            json!({"terminated": {"reason": "Completed", "exitCode": 0}});
+        let plan = run(&b, Some(&p), "2026-11-22T10:10:00Z", &Settings::default());
+        let s = plan.status.unwrap();
+        assert_eq!(s["reason"], "ContainerTerminated");
+        assert_eq!(s["podIP"], "10.0.0.5");
+        assert_eq!(plan.delete_pod.unwrap().uid, "p-uid");
+    }
+
+    #[test]
+    fn a_deleted_go_era_browser_labels_its_pod_so_the_watch_sees_it_go() {
+        let (mut b, p) = go_era(go_running_status());
+        b.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            t("2026-11-22T10:05:00Z"),
+        ));
+        let plan = run(&b, Some(&p), "2026-11-22T10:05:00Z", &Settings::default());
+        assert_eq!(plan.adopt_pod.unwrap().uid, "p-uid");
+        assert_eq!(plan.delete_pod.unwrap().grace_seconds, None);
+        assert!(!plan.release_finalizer);
+    }
+
+    #[test]
+    fn a_failed_go_era_browser_is_completed_without_adoption() {
+        let mut status = go_running_status();
+        status["phase"] = json!("Failed");
+        status["reason"] = json!("ContainerTerminated");
+        let (b, p) = go_era(status);
+        let plan = run(&b, Some(&p), "2026-11-22T10:05:00Z", &Settings::default());
+        assert_eq!(plan.adopt_pod, None);
+        assert_eq!(plan.delete_pod.unwrap().grace_seconds, Some(0));
+        assert!(plan.delete_browser && plan.release_finalizer);
+    }
+
+    #[test]
+    fn a_status_field_left_by_another_manager_does_not_cause_a_write() {
+        let mut current = go_running_status();
+        let (b, p) = go_era(current.clone());
+        let first = run(&b, Some(&p), "2026-11-22T10:10:00Z", &Settings::default());
+        // After our apply the other manager's `message` stays; the rest is ours.
+        current = first.status.unwrap();
+        current["message"] = json!("pod is running");
+        let b = browser(json!({}), current);
+        let mut p = p;
+        p["metadata"]["labels"] = json!({"selenosis.io/browser": "s1", "selenosis.io/browser.name": "chrome",
+            "selenosis.io/browser.version": "139.0", "app.kubernetes.io/managed-by": "browser-controller"});
+        let plan = run(&b, Some(&p), "2026-11-22T10:20:00Z", &Settings::default());
+        assert_eq!(
+            plan,
+            Plan {
+                requeue_after: Some(Settings::default().resync),
+                ..Plan::default()
+            }
+        );
+    }
+
+    fn invalid_spec_message(spec: Value) -> String {
+        let mut b = browser(json!({}), Value::Null);
+        b.data["spec"] = spec;
+        let plan = decide(
+            &Observed {
+                browser: &b,
+                pod: None,
+                now: t("2026-11-22T10:00:00Z"),
+            },
+            &Settings::default(),
+            no_creation,
+        );
+        let s = plan.status.unwrap();
+        assert_eq!(s["reason"], "InvalidSpec");
+        s["message"].as_str().unwrap().to_string()
+    }
+
+    #[test]
+    fn specs_from_other_clients_fail_naming_the_field_and_the_problem() {
+        assert_eq!(
+            invalid_spec_message(json!({"browserName": "chrome", "browserVersion": 120})),
+            "invalid Browser spec: spec.browserVersion must be a string, got the number 120; quote it (\"120\") so it is read exactly as written"
+        );
+        assert_eq!(
+            invalid_spec_message(json!({"browserName": null, "browserVersion": true})),
+            "invalid Browser spec: spec.browserName is missing; spec.browserVersion must be a string, got a boolean"
+        );
+        assert_eq!(
+            invalid_spec_message(Value::Null),
+            "invalid Browser spec: spec.browserName is missing; spec.browserVersion is missing"
+        );
+        assert_eq!(
+            invalid_spec_message(json!({"browserName": {}, "browserVersion": ""})),
+            "invalid Browser spec: spec.browserName must be a string, got an object; spec.browserVersion is empty"
+        );
+        assert!(
+            invalid_spec_message(json!({"browserName": "chrome", "browserVersion": "1 2"}))
+                .starts_with(
+                    "invalid Browser spec: spec.browserVersion \"1 2\" is not a valid label value: "
+                )
+        );
+    }
+
+    #[test]
+    fn unknown_fields_and_missing_optional_fields_are_ignored() {
+        let mut b = browser(
+            json!({"labels": null, "annotations": null, "finalizers": null}),
+            json!({"phase": "Pending", "futureField": {"x": 1}}),
+        );
+        b.data["spec"]["futureSpecField"] = json!([1, 2]);
+        b.data["extraTopLevel"] = json!("x");
+        let p = pod(
+            UID,
+            json!({}),
+            json!({"phase": "Running", "podIP": "10.0.0.1", "newPodField": true}),
+        );
+        let plan = run(&b, Some(&p), "2026-11-22T10:00:05Z", &Settings::default());
+        assert!(plan.ensure_metadata);
+        assert_eq!(plan.status.unwrap()["phase"], "Running");
     }
 }

@@ -1,5 +1,5 @@
-//! Performs a [`Plan`] against the API (SPEC §5): server-side apply for metadata, pod and
-//! status; UID-guarded deletes; a `test`-guarded JSON patch to release the finalizer.
+//! Performs a [`Plan`] against the API (SPEC §5): server-side apply for metadata, pod
+//! adoption, pod and status; UID-guarded deletes; a `test`-guarded JSON patch to release the finalizer.
 //! The only decision taken here is the classification of a rejected pod create, and that is
 //! a pure function ([`classify_create_error`]).
 
@@ -8,7 +8,7 @@ use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, Preconditi
 use kube::core::ApiResource;
 use serde_json::{Value, json};
 
-use super::decide::{Event, Plan, PodDelete};
+use super::decide::{Event, Plan, PodAdoption, PodDelete};
 use super::status::Failure;
 use crate::api::keys;
 use crate::metrics::{self, Metrics, Stage};
@@ -64,7 +64,7 @@ pub struct Executed {
     pub create_rejected: Option<Failure>,
     /// The Browser as the last write returned it.
     pub browser: Option<DynamicObject>,
-    /// The pod as the create or a graceful delete returned it.
+    /// The pod as the adoption, the create or a graceful delete returned it.
     pub pod: Option<DynamicObject>,
     /// UID of a pod that is gone after our delete.
     pub pod_deleted: Option<String>,
@@ -98,6 +98,9 @@ impl Target<'_> {
         let mut executed = Executed::default();
         if plan.ensure_metadata {
             executed.browser = Some(self.apply_metadata().await?);
+        }
+        if let Some(adoption) = &plan.adopt_pod {
+            executed.pod = Some(self.adopt_pod(adoption).await?);
         }
         if let Some(pod) = &plan.create_pod {
             let sent = Timestamp::now();
@@ -180,6 +183,30 @@ impl Target<'_> {
             .map(fresh)
             .map_err(|source| ExecuteError::Api {
                 action: "apply Browser finalizer and labels",
+                source,
+            })
+    }
+
+    /// Labels a pod another controller created so the pod watch sees it. Metadata only,
+    /// under its own field manager; the `uid` in the body makes the API server refuse the
+    /// write if the name now belongs to another pod.
+    async fn adopt_pod(&self, adoption: &PodAdoption) -> Result<DynamicObject, ExecuteError> {
+        let body = json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": self.name(), "uid": adoption.uid, "labels": adoption.labels},
+        });
+        self.metrics.write("apply", "pods");
+        self.pods
+            .patch(
+                self.name(),
+                &PatchParams::apply(keys::ADOPTION_FIELD_MANAGER).force(),
+                &Patch::Apply(body),
+            )
+            .await
+            .map(fresh)
+            .map_err(|source| ExecuteError::Api {
+                action: "label adopted pod",
                 source,
             })
     }

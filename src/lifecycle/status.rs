@@ -363,7 +363,10 @@ pub fn ready_since(status: &Value) -> Option<Timestamp> {
 /// Whether writing `desired` over `current` tells a watcher anything new. While the pod
 /// stays `Pending`, container-state churn (`ContainerCreating`, start time) is folded into
 /// the next meaningful write, which keeps a normal session at its minimum number of writes;
-/// every other change is written.
+/// every other change is written. Fields only `current` has do not count: the operator's
+/// statuses only gain fields until they are terminal, so such fields belong to another
+/// field manager (a Go browser-controller's merge patches), an apply without them leaves
+/// them in place, and counting them would write again on every reconcile.
 pub fn needs_write(current: &Value, desired: &Value) -> bool {
     let both_pending = current.get("phase").and_then(Value::as_str) == Some(PENDING)
         && desired.get("phase").and_then(Value::as_str) == Some(PENDING);
@@ -372,7 +375,10 @@ pub fn needs_write(current: &Value, desired: &Value) -> bool {
             .iter()
             .any(|k| current.get(*k) != desired.get(*k))
     } else {
-        current != desired
+        match desired.as_object() {
+            Some(desired) => desired.iter().any(|(k, v)| current.get(k) != Some(v)),
+            None => current != desired,
+        }
     }
 }
 

@@ -1,0 +1,573 @@
+//! Compatibility scenarios on the in-process API server double: taking over Browsers and
+//! Pods the Go browser-controller left behind, objects written by other clients, and both
+//! API-group layouts installed at once.
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use clap::Parser;
+use futures::StreamExt;
+use kube::Client;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions};
+use kube::core::ApiResource;
+use kube::runtime::watcher;
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+
+use browser_controller::api::crd::{self, Layout};
+use browser_controller::api::keys;
+use browser_controller::cli::Cli;
+use browser_controller::metrics::Metrics;
+use browser_controller::operator;
+use support::apiserver::ApiServer;
+use support::kubelet::{Kubelet, KubeletHandle, Script};
+
+const NS: &str = "sessions";
+const WAIT: Duration = Duration::from_secs(20);
+/// Field manager of the Go browser-controller's writes in these scenarios.
+const GO_MANAGER: &str = "browser-controller-go";
+/// Node of the pods the Go controller started; the simulated kubelet runs `node-1` and
+/// leaves them alone, so the test plays their kubelet.
+const GO_NODE: &str = "go-node";
+
+fn browser_resource(layout: Layout) -> ApiResource {
+    let group = layout.browser_group();
+    ApiResource {
+        group: group.into(),
+        version: "v1".into(),
+        api_version: format!("{group}/v1"),
+        kind: "Browser".into(),
+        plural: "browsers".into(),
+    }
+}
+
+fn config_resource(layout: Layout) -> ApiResource {
+    let group = layout.browserconfig_group();
+    ApiResource {
+        group: group.into(),
+        version: "v1".into(),
+        api_version: format!("{group}/v1"),
+        kind: "BrowserConfig".into(),
+        plural: "browserconfigs".into(),
+    }
+}
+
+fn pod_resource() -> ApiResource {
+    ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&())
+}
+
+fn go_post() -> PostParams {
+    PostParams {
+        field_manager: Some(GO_MANAGER.into()),
+        ..PostParams::default()
+    }
+}
+
+fn go_patch() -> PatchParams {
+    PatchParams {
+        field_manager: Some(GO_MANAGER.into()),
+        ..PatchParams::default()
+    }
+}
+
+/// An API server double with CRDs installed, a kubelet, and (once started) the operator.
+struct Env {
+    server: ApiServer,
+    client: Client,
+    _kubelet: KubeletHandle,
+    stop: Option<oneshot::Sender<()>>,
+    operator: Option<tokio::task::JoinHandle<()>>,
+    statuses: Arc<Mutex<Vec<Value>>>,
+}
+
+impl Env {
+    fn new(layouts: &[Layout]) -> Env {
+        let server = ApiServer::new();
+        for layout in layouts {
+            for crd in crd::crds(*layout) {
+                server.install_crd(&crd).expect("CRD installs");
+            }
+        }
+        let client = server.client();
+        let kubelet = Kubelet::start(client.clone(), "node-1", Script::Run);
+        Env {
+            server,
+            client,
+            _kubelet: kubelet,
+            stop: None,
+            operator: None,
+            statuses: Arc::new(Mutex::new(Vec::new())),
+        }
+    }
+
+    fn start_operator(&mut self, flags: &[&str]) {
+        let mut argv = vec![
+            "browser-controller",
+            "--metrics-addr=0",
+            "--health-probe-bind-address=0",
+        ];
+        argv.extend_from_slice(flags);
+        let args = Cli::try_parse_from(argv).expect("flags parse").run;
+        let (tx, rx) = oneshot::channel::<()>();
+        let client = self.client.clone();
+        self.stop = Some(tx);
+        self.operator = Some(tokio::spawn(async move {
+            let stop = async move {
+                let _ = rx.await;
+            };
+            operator::run_with_client(client, args, Arc::new(Metrics::new()), stop)
+                .await
+                .expect("operator runs");
+        }));
+    }
+
+    async fn stop_operator(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(handle) = self.operator.take() {
+            tokio::time::timeout(WAIT, handle)
+                .await
+                .expect("operator stops in time")
+                .expect("operator task ends cleanly");
+        }
+    }
+
+    /// Every Browser status a watcher of `layout` sees, in order.
+    fn record_statuses(&self, layout: Layout) {
+        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &browser_resource(layout));
+        let statuses = self.statuses.clone();
+        tokio::spawn(async move {
+            let mut stream = watcher(api, watcher::Config::default()).boxed();
+            while let Some(Ok(event)) = stream.next().await {
+                if let watcher::Event::Apply(obj) | watcher::Event::InitApply(obj) = event
+                    && let Some(status) = obj.data.get("status")
+                {
+                    let mut seen = status.clone();
+                    seen["name"] = json!(obj.metadata.name);
+                    statuses.lock().unwrap().push(seen);
+                }
+            }
+        });
+    }
+
+    fn seen(&self, name: &str) -> Vec<Value> {
+        self.statuses
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|s| s["name"] == name)
+            .cloned()
+            .collect()
+    }
+
+    /// Plays the kubelet of the Go-era node: a pod marked for deletion goes once its
+    /// containers stopped.
+    fn confirm_go_pod_deletions(&self) {
+        let server = self.server.clone();
+        let pods: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), NS, &pod_resource());
+        tokio::spawn(async move {
+            loop {
+                for pod in server.list("pods", NS) {
+                    if pod["spec"]["nodeName"] == GO_NODE
+                        && !pod["metadata"]["deletionTimestamp"].is_null()
+                    {
+                        let params = DeleteParams {
+                            grace_period_seconds: Some(0),
+                            preconditions: Some(Preconditions {
+                                uid: pod["metadata"]["uid"].as_str().map(String::from),
+                                resource_version: None,
+                            }),
+                            ..DeleteParams::default()
+                        };
+                        let name = pod["metadata"]["name"].as_str().unwrap_or_default();
+                        let _ = pods.delete(name, &params).await;
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        });
+    }
+
+    fn browsers(&self, layout: Layout) -> Api<DynamicObject> {
+        Api::namespaced_with(self.client.clone(), NS, &browser_resource(layout))
+    }
+
+    fn pods(&self) -> Api<DynamicObject> {
+        Api::namespaced_with(self.client.clone(), NS, &pod_resource())
+    }
+
+    fn browser(&self, name: &str) -> Option<Value> {
+        self.server.get("browsers", NS, name)
+    }
+
+    fn pod(&self, name: &str) -> Option<Value> {
+        self.server.get("pods", NS, name)
+    }
+
+    async fn until(&self, what: &str, check: impl Fn(&Env) -> bool) {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        while !check(self) {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "timed out waiting for {what}; browsers: {:#?}; pods: {:#?}",
+                self.server.list("browsers", NS),
+                self.server.list("pods", NS)
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    async fn create_config(&self, layout: Layout, name: &str, spec: Value) {
+        let ar = config_resource(layout);
+        let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), NS, &ar);
+        let obj: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": ar.api_version, "kind": "BrowserConfig",
+            "metadata": {"name": name, "namespace": NS},
+            "spec": spec,
+        }))
+        .unwrap();
+        api.create(&PostParams::default(), &obj)
+            .await
+            .expect("config created");
+    }
+
+    async fn create_browser(&self, layout: Layout, name: &str, spec: Value) {
+        let ar = browser_resource(layout);
+        let obj: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": ar.api_version, "kind": "Browser",
+            "metadata": {"name": name, "namespace": NS},
+            "spec": spec,
+        }))
+        .unwrap();
+        self.browsers(layout)
+            .create(&PostParams::default(), &obj)
+            .await
+            .expect("browser created");
+    }
+
+    /// Pod writes by the operator that would make a pod: a create, or a server-side apply
+    /// under the operator's pod field manager.
+    fn operator_pod_creations(&self) -> usize {
+        self.server
+            .requests()
+            .iter()
+            .filter(|r| r.resource == "pods" && r.subresource.is_none() && !r.dry_run)
+            .filter(|r| r.field_manager.as_deref() != Some(GO_MANAGER))
+            .filter(|r| {
+                r.verb == "create"
+                    || (r.patch_type.as_deref() == Some("apply")
+                        && r.field_manager.as_deref() == Some(keys::FIELD_MANAGER))
+            })
+            .count()
+    }
+
+    /// A session as the Go browser-controller leaves it: the Browser with the shared
+    /// finalizer and its status written by merge patches, the pod without the operator's
+    /// labels, controlled by the Browser's UID under `owner_api_version`, running on the
+    /// Go-era node. Returns the pod's UID.
+    async fn go_session(
+        &self,
+        layout: Layout,
+        name: &str,
+        owner_api_version: &str,
+        ip: &str,
+    ) -> String {
+        let ar = browser_resource(layout);
+        let browser: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": ar.api_version, "kind": "Browser",
+            "metadata": {"name": name, "namespace": NS, "finalizers": [keys::FINALIZER]},
+            "spec": {"browserName": "chrome", "browserVersion": "139.0"},
+        }))
+        .unwrap();
+        let browser = self
+            .browsers(layout)
+            .create(&go_post(), &browser)
+            .await
+            .expect("Go-era Browser created");
+        let uid = browser.metadata.uid.clone().expect("uid");
+        let started = "2026-01-10T08:00:00Z";
+        let running = |image: &str, port: u16, container: &str| {
+            json!({"name": container, "image": image, "restartCount": 0,
+                "state": {"running": {"startedAt": started}},
+                "ports": [{"containerPort": port, "protocol": "TCP"}]})
+        };
+        self.browsers(layout)
+            .patch_status(
+                name,
+                &go_patch(),
+                &Patch::Merge(json!({"status": {
+                    "phase": "Running",
+                    "podIP": ip,
+                    "startTime": started,
+                    "containerStatuses": [
+                        running("selenium/standalone-chrome:139.0", 4444, "browser"),
+                        running("alcounit/seleniferous:v1", 4445, "seleniferous"),
+                    ],
+                }})),
+            )
+            .await
+            .expect("Go-era status written");
+
+        let pod: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {
+                "name": name, "namespace": NS,
+                "labels": {"app": "browser"},
+                "ownerReferences": [{
+                    "apiVersion": owner_api_version, "kind": "Browser", "name": name, "uid": uid,
+                    "controller": true, "blockOwnerDeletion": true,
+                }],
+            },
+            "spec": {
+                "nodeName": GO_NODE,
+                "restartPolicy": "Never",
+                "terminationGracePeriodSeconds": 1,
+                "containers": [
+                    {"name": "browser", "image": "selenium/standalone-chrome:139.0", "ports": [{"containerPort": 4444, "protocol": "TCP"}]},
+                    {"name": "seleniferous", "image": "alcounit/seleniferous:v1", "ports": [{"containerPort": 4445, "protocol": "TCP"}]},
+                ],
+            },
+        }))
+        .unwrap();
+        let pod = self
+            .pods()
+            .create(&go_post(), &pod)
+            .await
+            .expect("Go-era pod created");
+        let kubelet_status = |seleniferous: Value| {
+            json!({"status": {
+                "phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}], "hostIP": "10.0.0.2",
+                "startTime": started,
+                "containerStatuses": [
+                    {"name": "browser", "image": "selenium/standalone-chrome:139.0", "ready": true, "restartCount": 0, "state": {"running": {"startedAt": started}}},
+                    {"name": "seleniferous", "image": "alcounit/seleniferous:v1", "ready": true, "restartCount": 0, "state": seleniferous},
+                ],
+            }})
+        };
+        self.pods()
+            .patch_status(
+                name,
+                &go_patch(),
+                &Patch::Merge(kubelet_status(json!({"running": {"startedAt": started}}))),
+            )
+            .await
+            .expect("pod status written");
+        pod.metadata.uid.expect("pod uid")
+    }
+
+    /// The kubelet reports the seleniferous container terminated: the session ended.
+    async fn end_go_session(&self, name: &str) {
+        let mut status = self.pod(name).expect("pod")["status"].clone();
+        status["containerStatuses"][1]["state"] = json!({"terminated": {
+            "exitCode": 0, "reason": "Completed", "startedAt": "2026-01-10T08:00:00Z", "finishedAt": "2026-01-10T08:30:00Z"
+        }});
+        status["containerStatuses"][1]["ready"] = json!(false);
+        self.pods()
+            .patch_status(name, &go_patch(), &Patch::Merge(json!({"status": status})))
+            .await
+            .expect("pod status written");
+    }
+}
+
+fn labelled_by_operator(pod: &Value) -> bool {
+    pod["metadata"]["labels"][keys::LABEL_MANAGED_BY] == keys::MANAGER
+}
+
+async fn take_over_a_running_go_session(layout: Layout, flags: &[&str], owner_api_version: &str) {
+    let mut env = Env::new(&[layout]);
+    env.record_statuses(layout);
+    env.confirm_go_pod_deletions();
+    let pod_uid = env
+        .go_session(layout, "go1", owner_api_version, "10.9.0.7")
+        .await;
+    env.start_operator(flags);
+
+    env.until("the Go-era pod to carry the operator's labels", |e| {
+        e.pod("go1").is_some_and(|p| labelled_by_operator(&p))
+    })
+    .await;
+    env.until(
+        "the Browser to carry the operator's labels and Ready",
+        |e| {
+            e.browser("go1").is_some_and(|b| {
+                b["metadata"]["labels"][keys::LABEL_BROWSER] == "go1"
+                    && b["status"]["conditions"][0]["status"] == "True"
+            })
+        },
+    )
+    .await;
+    let pod = env.pod("go1").unwrap();
+    assert_eq!(
+        pod["metadata"]["uid"],
+        pod_uid.as_str(),
+        "the pod is the same pod"
+    );
+    assert_eq!(
+        pod["metadata"]["labels"]["app"], "browser",
+        "its own labels stay"
+    );
+    assert_eq!(
+        pod["metadata"]["labels"][keys::LABEL_BROWSER_VERSION],
+        "139.0"
+    );
+    assert!(pod["metadata"]["deletionTimestamp"].is_null());
+    let browser = env.browser("go1").unwrap();
+    assert_eq!(browser["status"]["phase"], "Running");
+    assert_eq!(browser["status"]["podIP"], "10.9.0.7");
+    assert_eq!(browser["status"]["startTime"], "2026-01-10T08:00:00Z");
+    assert_eq!(
+        browser["metadata"]["finalizers"],
+        json!([keys::FINALIZER]),
+        "the shared finalizer is not duplicated"
+    );
+    assert_eq!(
+        env.operator_pod_creations(),
+        0,
+        "no pod is created or re-applied"
+    );
+    assert_eq!(
+        env.server.count_writes_by(keys::ADOPTION_FIELD_MANAGER),
+        1,
+        "one metadata-only write adopts the pod"
+    );
+
+    env.end_go_session("go1").await;
+    env.until("the Browser and its pod to be cleaned up", |e| {
+        e.browser("go1").is_none() && e.pod("go1").is_none()
+    })
+    .await;
+    let seen = env.seen("go1");
+    let failed: Vec<&Value> = seen.iter().filter(|s| s["phase"] == "Failed").collect();
+    assert!(!failed.is_empty(), "{seen:#?}");
+    assert!(
+        failed.iter().all(|s| s["reason"] == "ContainerTerminated"),
+        "never PodLost: {seen:#?}"
+    );
+    assert_eq!(failed[0]["podIP"], "10.9.0.7");
+    assert_eq!(env.operator_pod_creations(), 0);
+    env.stop_operator().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_go_era_session_is_adopted_and_cleaned_up_without_recreating_its_pod() {
+    // The owner reference names the split group while the operator resolved selenosis.io.
+    take_over_a_running_go_session(Layout::Default, &[], "browser.selenosis.io/v1").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adoption_works_in_the_split_layout_with_an_owner_reference_of_the_other_group() {
+    take_over_a_running_go_session(Layout::SplitGroups, &[], "selenosis.io/v1").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_go_era_browser_already_failed_is_completed() {
+    let mut env = Env::new(&[Layout::Default]);
+    env.confirm_go_pod_deletions();
+    env.go_session(Layout::Default, "gofail", "selenosis.io/v1", "10.9.0.8")
+        .await;
+    env.browsers(Layout::Default)
+        .patch_status(
+            "gofail",
+            &go_patch(),
+            &Patch::Merge(
+                json!({"status": {"phase": "Failed", "reason": "ContainerTerminated",
+                "message": "pod container seleniferous terminated: Completed (exit code 0)"}}),
+            ),
+        )
+        .await
+        .unwrap();
+    env.start_operator(&[]);
+    env.until("the failed Browser and its pod to be gone", |e| {
+        e.browser("gofail").is_none() && e.pod("gofail").is_none()
+    })
+    .await;
+    assert_eq!(env.operator_pod_creations(), 0);
+    env.stop_operator().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_go_era_browser_being_deleted_is_completed_once_its_pod_is_gone() {
+    let mut env = Env::new(&[Layout::Default]);
+    env.confirm_go_pod_deletions();
+    env.go_session(Layout::Default, "godel", "selenosis.io/v1", "10.9.0.9")
+        .await;
+    env.browsers(Layout::Default)
+        .delete("godel", &DeleteParams::default())
+        .await
+        .unwrap();
+    assert!(
+        env.browser("godel").unwrap()["metadata"]["deletionTimestamp"].is_string(),
+        "the finalizer holds the Browser"
+    );
+    env.start_operator(&[]);
+    // Only a labelled pod's removal reaches the operator through its watch: without the
+    // adoption it would wait for the deletion timeout (5m).
+    env.until("the Browser and its pod to be gone", |e| {
+        e.browser("godel").is_none() && e.pod("godel").is_none()
+    })
+    .await;
+    assert_eq!(env.operator_pod_creations(), 0);
+    env.stop_operator().await;
+}
+
+fn chrome_spec() -> Value {
+    json!({
+        "template": {
+            "sidecars": [{"name": "seleniferous", "image": "alcounit/seleniferous:v2", "ports": [{"containerPort": 4445}]}],
+            "ports": [{"containerPort": 4444}],
+        },
+        "browsers": {"chrome": {"139.0": {"image": "selenium/standalone-chrome:139.0"}}}
+    })
+}
+
+fn running(b: Option<Value>) -> bool {
+    b.is_some_and(|b| b["status"]["phase"] == "Running")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_both_layouts_installed_the_default_is_selenosis_io_and_flags_pin_the_split_groups() {
+    let mut env = Env::new(&[Layout::Default, Layout::SplitGroups]);
+    env.create_config(Layout::Default, "chrome", chrome_spec())
+        .await;
+    env.create_config(Layout::SplitGroups, "chrome", chrome_spec())
+        .await;
+    let chrome = json!({"browserName": "chrome", "browserVersion": "139.0"});
+    env.create_browser(Layout::SplitGroups, "split", chrome.clone())
+        .await;
+    env.start_operator(&[]);
+    env.create_browser(Layout::Default, "default", chrome.clone())
+        .await;
+    env.until("the selenosis.io Browser to run", |e| {
+        running(e.server.get("browsers.selenosis.io", NS, "default"))
+    })
+    .await;
+    let split = env
+        .server
+        .get("browsers.browser.selenosis.io", NS, "split")
+        .expect("split Browser");
+    assert!(
+        split["metadata"]["finalizers"].is_null(),
+        "not seen: {split:#}"
+    );
+    assert!(split.get("status").is_none());
+    env.stop_operator().await;
+
+    env.start_operator(&[
+        "--browser-api-group=browser.selenosis.io",
+        "--browserconfig-api-group=browserconfig.selenosis.io",
+    ]);
+    env.until("the split-group Browser to run", |e| {
+        running(e.server.get("browsers.browser.selenosis.io", NS, "split"))
+    })
+    .await;
+    let pod = env.pod("split").unwrap();
+    assert_eq!(
+        pod["metadata"]["ownerReferences"][0]["apiVersion"],
+        "browser.selenosis.io/v1"
+    );
+    env.stop_operator().await;
+}
