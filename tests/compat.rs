@@ -571,3 +571,64 @@ async fn with_both_layouts_installed_the_default_is_selenosis_io_and_flags_pin_t
     );
     env.stop_operator().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn objects_from_other_clients_reconcile_or_fail_clearly_without_blocking_the_queue() {
+    let mut env = Env::new(&[Layout::Default]);
+    env.record_statuses(Layout::Default);
+    // An empty config, and one with empty maps, nulls and fields this version does not know.
+    env.create_config(Layout::Default, "empty", json!({"browsers": {}}))
+        .await;
+    env.create_config(
+        Layout::Default,
+        "chrome",
+        json!({
+            "futureField": {"x": 1},
+            "template": {"labels": {}, "annotations": null, "env": null,
+                "sidecars": [{"name": "seleniferous", "image": "alcounit/seleniferous:v2"}]},
+            "browsers": {"chrome": {"139.0": {"image": "selenium/standalone-chrome:139.0", "nodeSelector": {}}}},
+        }),
+    )
+    .await;
+    env.start_operator(&[]);
+    env.create_browser(
+        Layout::Default,
+        "numeric",
+        json!({"browserName": "chrome", "browserVersion": 120}),
+    )
+    .await;
+    env.create_browser(
+        Layout::Default,
+        "extra",
+        json!({"browserName": "chrome", "browserVersion": "139.0", "futureSpecField": [1, 2]}),
+    )
+    .await;
+    env.until("the Browser with extra fields to run", |e| {
+        running(e.browser("extra"))
+    })
+    .await;
+    env.until("the numeric-version Browser to be gone", |e| {
+        e.browser("numeric").is_none()
+    })
+    .await;
+    let failed = env
+        .seen("numeric")
+        .into_iter()
+        .find(|s| s["phase"] == "Failed")
+        .expect("a Failed status was published");
+    assert_eq!(failed["reason"], "InvalidSpec");
+    assert_eq!(
+        failed["message"],
+        "invalid Browser spec: spec.browserVersion must be a string, got the number 120; quote it (\"120\") so it is read exactly as written"
+    );
+    assert!(env.pod("numeric").is_none());
+    env.until("both configs to report a status", |e| {
+        ["empty", "chrome"].iter().all(|c| {
+            e.server
+                .get("browserconfigs", NS, c)
+                .is_some_and(|c| c["status"]["conditions"].is_array())
+        })
+    })
+    .await;
+    env.stop_operator().await;
+}

@@ -88,3 +88,112 @@ pub fn pod_for<C: Borrow<DynamicObject>>(
         Err(e) => PodCreation::Fail(Failure::new("InvalidConfig", e.to_string())),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{Value, json};
+
+    fn browser_resource() -> ApiResource {
+        ApiResource {
+            group: "selenosis.io".into(),
+            version: "v1".into(),
+            api_version: "selenosis.io/v1".into(),
+            kind: "Browser".into(),
+            plural: "browsers".into(),
+        }
+    }
+
+    /// The outcome for a chrome 139.0 Browser against one BrowserConfig with `spec`:
+    /// `Ok(())` for a rendered pod, else the failure's reason and message.
+    fn outcome(spec: Value) -> Result<(), (String, String)> {
+        let browser: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "selenosis.io/v1", "kind": "Browser",
+            "metadata": {"name": "s1", "namespace": "ns", "uid": "u"},
+            "spec": {"browserName": "chrome", "browserVersion": "139.0"},
+        }))
+        .unwrap();
+        let config: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "selenosis.io/v1", "kind": "BrowserConfig",
+            "metadata": {"name": "c", "namespace": "ns", "creationTimestamp": "2026-01-01T00:00:00Z"},
+            "spec": spec,
+        }))
+        .unwrap();
+        match pod_for(&browser, &[config], &browser_resource(), |_, _, _| None) {
+            PodCreation::Render(_) => Ok(()),
+            PodCreation::Fail(f) => Err((f.reason, f.message)),
+        }
+    }
+
+    const IMAGE: &str = "selenium/standalone-chrome:139.0";
+
+    #[test]
+    fn configs_with_unknown_fields_empty_maps_and_nulls_still_render() {
+        for spec in [
+            json!({"futureField": 1, "template": {"futureKey": {"a": 1}},
+                "browsers": {"chrome": {"139.0": {"image": IMAGE, "futureEntryKey": true}}}}),
+            json!({"browsers": {"chrome": {"139.0": {"image": IMAGE}}}}),
+            json!({"template": {}, "browsers": {"chrome": {"139.0": {"image": IMAGE,
+                "labels": {}, "annotations": {}, "env": [], "nodeSelector": {}}}}}),
+            json!({"template": null, "browsers": {"chrome": {"139.0": {"image": IMAGE,
+                "labels": null, "env": null, "resources": null, "sidecars": null}}}}),
+        ] {
+            assert_eq!(outcome(spec.clone()), Ok(()), "{spec}");
+        }
+    }
+
+    #[test]
+    fn configs_that_define_nothing_usable_fail_with_config_not_found() {
+        for spec in [
+            json!({"browsers": {}}),
+            json!({"browsers": null}),
+            json!({}),
+            Value::Null,
+            json!({"browsers": {"chrome": null}}),
+            json!({"browsers": {"chrome": {}}}),
+            json!({"browsers": {"chrome": "139.0"}}),
+            json!({"browsers": [1]}),
+        ] {
+            let (reason, message) = outcome(spec.clone()).unwrap_err();
+            assert_eq!(reason, "ConfigNotFound", "{spec}");
+            assert!(
+                message.contains("defines browser chrome version 139.0"),
+                "{spec}: {message}"
+            );
+        }
+    }
+
+    #[test]
+    fn wrongly_typed_entries_fail_with_invalid_config_naming_the_field() {
+        for (spec, needle) in [
+            (
+                json!({"browsers": {"chrome": {"139.0": null}}}),
+                "has no image",
+            ),
+            (
+                json!({"browsers": {"chrome": {"139.0": {"image": 139}}}}),
+                "has no image",
+            ),
+            (
+                json!({"browsers": {"chrome": {"139.0": {"image": IMAGE, "labels": {"app": 1}}}}}),
+                "labels must be a map of strings",
+            ),
+            (
+                json!({"browsers": {"chrome": {"139.0": {"image": IMAGE, "privileged": "yes"}}}}),
+                "privileged must be a boolean",
+            ),
+            (
+                json!({"browsers": {"chrome": {"139.0": {"image": IMAGE, "sidecars": {}}}}}),
+                "sidecars must be a list",
+            ),
+            (
+                json!({"template": [], "browsers": {"chrome": {"139.0": {"image": IMAGE}}}}),
+                "spec.template is not an object",
+            ),
+        ] {
+            let (reason, message) = outcome(spec.clone()).unwrap_err();
+            assert_eq!(reason, "InvalidConfig", "{spec}");
+            assert!(message.contains(needle), "{spec}: {message}");
+        }
+    }
+}
