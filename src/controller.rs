@@ -4,7 +4,7 @@
 //! Per watched scope (all namespaces, or each `--namespace`) one Controller runs over:
 //! a Browser reflector (the trigger), a Pod reflector selected by the operator's label,
 //! and a BrowserConfig reflector whose readiness gates reconciles. `managedFields` are
-//! stripped before objects enter a store.
+//! stripped before objects enter a store; pods are cut down to what decisions read.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -294,6 +294,46 @@ fn strip_managed_fields(object: &mut DynamicObject) {
     object.metadata.managed_fields = None;
 }
 
+/// Of each container, what the operator reads from a pod's spec: names and ports (the
+/// Browser's `containerStatuses[].ports`), and the restart policy of init containers
+/// (sidecars). With `spec.nodeName` and the whole status and metadata, that is everything.
+const KEPT_CONTAINER_FIELDS: [(&str, &[&str]); 2] = [
+    ("containers", &["name", "ports"]),
+    ("initContainers", &["name", "restartPolicy"]),
+];
+
+/// Cuts a pod down to what decisions read before it enters the cache: no managedFields, no
+/// annotations, and of the spec only the fields above. Env, resources, volumes and the like
+/// are about half of a cached pod's memory and are never read (the spec is immutable).
+fn prune_pod(pod: &mut DynamicObject) {
+    strip_managed_fields(pod);
+    pod.metadata.annotations = None;
+    let Some(Value::Object(spec)) = pod.data.get_mut("spec") else {
+        return;
+    };
+    let mut full = std::mem::take(spec);
+    for (list, fields) in KEPT_CONTAINER_FIELDS {
+        if let Some(Value::Array(items)) = full.remove(list) {
+            let items = items
+                .into_iter()
+                .map(|item| match item {
+                    Value::Object(mut c) => Value::Object(
+                        fields
+                            .iter()
+                            .filter_map(|f| Some((f.to_string(), c.remove(*f)?)))
+                            .collect(),
+                    ),
+                    other => other,
+                })
+                .collect();
+            spec.insert(list.to_string(), Value::Array(items));
+        }
+    }
+    if let Some(node) = full.remove("nodeName") {
+        spec.insert("nodeName".to_string(), node);
+    }
+}
+
 fn scoped_api(
     client: &Client,
     ns: Option<&str>,
@@ -377,7 +417,7 @@ pub async fn run_scope(
     )
     .inspect(count_watch_errors(shared.metrics.clone(), "pods"))
     .default_backoff()
-    .modify(strip_managed_fields)
+    .modify(prune_pod)
     .inspect(observe_scheduling(
         pod_reader.clone(),
         kinds.pod.clone(),
@@ -671,6 +711,155 @@ mod tests {
         f.remember(true, "ns", "s1", Known::Deleted { uid: "old".into() });
         assert!(f.pick(true, "ns", "s1", Some(obj("5", "old"))).is_none());
         assert!(f.pick(true, "ns", "s1", Some(obj("6", "new"))).is_some());
+    }
+
+    fn golden_pod(text: &str) -> Value {
+        crate::manifest::parse(text, std::path::Path::new("golden"))
+            .unwrap()
+            .remove(0)
+    }
+
+    fn goldens() -> Vec<Value> {
+        vec![
+            golden_pod(include_str!("../testdata/golden/chrome.pod.yaml")),
+            golden_pod(include_str!("../testdata/golden/playwright.pod.yaml")),
+        ]
+    }
+
+    fn names(pod: &Value, list: &str) -> Vec<String> {
+        pod["spec"][list]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c["name"].as_str().map(String::from))
+            .collect()
+    }
+
+    /// Pod states as a kubelet reports them, for every container of `pod`.
+    fn pod_states(pod: &Value) -> Vec<Value> {
+        let containers = names(pod, "containers");
+        let inits = names(pod, "initContainers");
+        let each = |list: &[String], state: &dyn Fn(usize) -> Value| -> Value {
+            list.iter()
+                .enumerate()
+                .map(|(i, name)| json!({"name": name, "image": "img", "ready": true, "restartCount": 0, "state": state(i)}))
+                .collect()
+        };
+        let running = json!({"running": {"startedAt": "2026-11-22T10:00:03Z"}});
+        let done = json!({"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": "2026-11-22T10:00:02Z", "finishedAt": "2026-11-22T10:00:03Z"}});
+        let conditions = json!([{"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-11-22T10:00:01Z"},
+                                {"type": "Ready", "status": "True", "lastTransitionTime": "2026-11-22T10:00:03Z"}]);
+        vec![
+            json!({"phase": "Pending"}),
+            json!({"phase": "Pending", "startTime": "2026-11-22T10:00:01Z"}),
+            json!({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/3 nodes are available"}]}),
+            json!({"phase": "Pending", "startTime": "2026-11-22T10:00:01Z", "conditions": conditions,
+                   "initContainerStatuses": each(&inits, &|_| done.clone()),
+                   "containerStatuses": each(&containers, &|_| json!({"waiting": {"reason": "PodInitializing"}}))}),
+            json!({"phase": "Pending", "startTime": "2026-11-22T10:00:01Z", "conditions": conditions,
+                   "initContainerStatuses": each(&inits, &|_| json!({"waiting": {"reason": "CrashLoopBackOff", "message": "back-off"}})),
+                   "containerStatuses": each(&containers, &|_| json!({"waiting": {"reason": "PodInitializing"}}))}),
+            json!({"phase": "Running", "podIP": "10.1.2.3", "startTime": "2026-11-22T10:00:01Z", "conditions": conditions,
+                   "initContainerStatuses": each(&inits, &|_| done.clone()),
+                   "containerStatuses": each(&containers, &|_| running.clone())}),
+            json!({"phase": "Running", "podIP": "10.1.2.3", "startTime": "2026-11-22T10:00:01Z", "conditions": conditions,
+                   "initContainerStatuses": each(&inits, &|_| running.clone()),
+                   "containerStatuses": each(&containers, &|i| if i == 0 { done.clone() } else { running.clone() })}),
+        ]
+    }
+
+    #[test]
+    fn pruned_pods_lead_to_the_same_decisions_as_full_ones() {
+        let mut cases = 0;
+        for golden in goldens() {
+            // The same pod with its init containers as sidecars (restartPolicy Always).
+            let mut sidecars = golden.clone();
+            if let Some(inits) = sidecars["spec"]["initContainers"].as_array_mut() {
+                for c in inits {
+                    c["restartPolicy"] = json!("Always");
+                }
+            }
+            for base in [golden, sidecars] {
+                for state in pod_states(&base) {
+                    let mut pod = base.clone();
+                    if state["phase"] == "Running" || state.get("startTime").is_some() {
+                        pod["spec"]["nodeName"] = json!("node-1");
+                    }
+                    pod["metadata"]["uid"] = json!("pod-uid");
+                    pod["metadata"]["creationTimestamp"] = json!("2026-11-22T10:00:01Z");
+                    pod["status"] = state;
+                    let owner = &pod["metadata"]["ownerReferences"][0];
+                    for browser_status in [
+                        json!({}),
+                        json!({"phase": "Pending"}),
+                        json!({"phase": "Running", "podIP": "10.1.2.3", "startTime": "2026-11-22T10:00:01Z"}),
+                    ] {
+                        let browser: DynamicObject = serde_json::from_value(json!({
+                            "apiVersion": "selenosis.io/v1", "kind": "Browser",
+                            "metadata": {"name": owner["name"], "namespace": "selenosis", "uid": owner["uid"],
+                                "creationTimestamp": "2026-11-22T10:00:00Z", "finalizers": [keys::FINALIZER],
+                                "labels": pod["metadata"]["labels"]},
+                            "spec": {"browserName": "chrome", "browserVersion": "139.0"},
+                            "status": browser_status,
+                        }))
+                        .unwrap();
+                        let mut pruned: DynamicObject =
+                            serde_json::from_value(pod.clone()).unwrap();
+                        prune_pod(&mut pruned);
+                        let pruned = serde_json::to_value(&pruned).unwrap();
+                        // Early, and past the pod creation timeout.
+                        for now in ["2026-11-22T10:00:05Z", "2026-11-22T10:10:00Z"] {
+                            let plan = |pod: &Value| {
+                                let observed = Observed {
+                                    browser: &browser,
+                                    pod: Some(pod),
+                                    now: now.parse().unwrap(),
+                                };
+                                decide::decide(&observed, &Settings::default(), || {
+                                    unreachable!("the pod exists")
+                                })
+                            };
+                            assert_eq!(plan(&pod), plan(&pruned), "{pod:#}");
+                            cases += 1;
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(cases, 2 * 2 * 7 * 3 * 2);
+    }
+
+    #[test]
+    fn pruned_pods_keep_names_ports_restart_policies_node_and_status_only() {
+        let mut pod = golden_pod(include_str!("../testdata/golden/playwright.pod.yaml"));
+        pod["spec"]["nodeName"] = json!("node-1");
+        pod["spec"]["initContainers"][0]["restartPolicy"] = json!("Always");
+        pod["status"] = json!({"phase": "Running", "podIP": "10.1.2.3"});
+        let mut object: DynamicObject = serde_json::from_value(pod.clone()).unwrap();
+        prune_pod(&mut object);
+        assert!(object.metadata.annotations.is_none());
+        assert_eq!(
+            object.metadata.labels,
+            serde_json::from_value(pod["metadata"]["labels"].clone()).unwrap()
+        );
+        assert!(object.metadata.owner_references.is_some());
+        assert_eq!(object.data["status"], pod["status"]);
+        let spec = object.data["spec"].as_object().unwrap();
+        let mut keys: Vec<&String> = spec.keys().collect();
+        keys.sort();
+        assert_eq!(keys, ["containers", "initContainers", "nodeName"]);
+        assert_eq!(
+            object.data["spec"]["containers"][0],
+            json!({"name": "browser", "ports": pod["spec"]["containers"][0]["ports"]})
+        );
+        assert_eq!(
+            object.data["spec"]["initContainers"][0],
+            json!({"name": "install-playwright-core", "restartPolicy": "Always"})
+        );
+        // What is dropped is most of the pod.
+        let before = serde_json::to_string(&pod).unwrap().len();
+        let after = serde_json::to_string(&object).unwrap().len();
+        assert!(after * 2 < before, "{after} of {before} bytes kept");
     }
 
     #[test]

@@ -1,0 +1,128 @@
+//! The operator's requests as its client sent them: counted by verb and resource the way
+//! the API server's audit log names them, and the moment of each pod create.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Mutex, PoisonError};
+
+use http::{Method, Uri};
+use tokio::time::Instant;
+
+/// What the operator sent: requests counted by verb and resource, and when it sent each
+/// pod create (server-side apply of a pod, not a dry run).
+#[derive(Default)]
+pub struct RequestLog {
+    inner: Mutex<LogInner>,
+}
+
+#[derive(Default)]
+struct LogInner {
+    counts: BTreeMap<String, u64>,
+    pod_applies: HashMap<String, Instant>,
+}
+
+/// A request as the API server's audit log would name it.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Classified {
+    /// `get`, `list`, `watch`, `create`, `update`, `apply`, `patch`, `delete`,
+    /// `deletecollection` (`-dry-run` appended for dry runs), or `discovery`.
+    pub verb: String,
+    /// Plural, `/subresource` appended.
+    pub resource: String,
+    pub namespace: Option<String>,
+    pub name: Option<String>,
+}
+
+pub fn classify(method: &Method, uri: &Uri, apply: bool) -> Classified {
+    let segments: Vec<&str> = uri.path().split('/').filter(|s| !s.is_empty()).collect();
+    let rest = match segments.as_slice() {
+        ["api", _version, rest @ ..] => rest,
+        ["apis", _group, _version, rest @ ..] => rest,
+        _ => &[][..],
+    };
+    let (namespace, rest) = match rest {
+        ["namespaces", ns, rest @ ..] if !rest.is_empty() => (Some(ns.to_string()), rest),
+        _ => (None, rest),
+    };
+    let Some((plural, rest)) = rest.split_first() else {
+        return Classified {
+            verb: "discovery".into(),
+            resource: String::new(),
+            namespace: None,
+            name: None,
+        };
+    };
+    let name = rest.first().map(|n| n.to_string());
+    let resource = match rest.get(1) {
+        Some(sub) => format!("{plural}/{sub}"),
+        None => plural.to_string(),
+    };
+    let query = uri.query().unwrap_or_default();
+    let flag = |key: &str| {
+        query
+            .split('&')
+            .any(|kv| kv == format!("{key}=true") || kv == format!("{key}=1"))
+    };
+    let verb = match (method, name.is_some()) {
+        (&Method::GET, true) => "get",
+        (&Method::GET, false) if flag("watch") => "watch",
+        (&Method::GET, false) => "list",
+        (&Method::POST, _) => "create",
+        (&Method::PUT, _) => "update",
+        (&Method::PATCH, _) if apply => "apply",
+        (&Method::PATCH, _) => "patch",
+        (&Method::DELETE, true) => "delete",
+        (&Method::DELETE, false) => "deletecollection",
+        _ => "other",
+    };
+    let dry_run = query.split('&').any(|kv| kv == "dryRun=All");
+    Classified {
+        verb: if dry_run {
+            format!("{verb}-dry-run")
+        } else {
+            verb.to_string()
+        },
+        resource,
+        namespace,
+        name,
+    }
+}
+
+impl RequestLog {
+    fn lock(&self) -> std::sync::MutexGuard<'_, LogInner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub fn record(&self, method: &Method, uri: &Uri, apply: bool) {
+        let sent = Instant::now();
+        let c = classify(method, uri, apply);
+        let mut inner = self.lock();
+        let key = if c.resource.is_empty() {
+            c.verb.clone()
+        } else {
+            format!("{} {}", c.verb, c.resource)
+        };
+        *inner.counts.entry(key).or_default() += 1;
+        if c.verb == "apply"
+            && c.resource == "pods"
+            && let (Some(ns), Some(name)) = (c.namespace, c.name)
+        {
+            inner
+                .pod_applies
+                .entry(format!("{ns}/{name}"))
+                .or_insert(sent);
+        }
+    }
+
+    /// When the operator first sent the create (apply) of pod `ns/name`.
+    pub fn pod_create_sent(&self, ns: &str, name: &str) -> Option<Instant> {
+        self.lock()
+            .pod_applies
+            .get(&format!("{ns}/{name}"))
+            .copied()
+    }
+
+    /// Requests so far, keyed `verb resource`.
+    pub fn counts(&self) -> BTreeMap<String, u64> {
+        self.lock().counts.clone()
+    }
+}
