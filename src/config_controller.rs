@@ -21,6 +21,7 @@ use crate::api::discovery::Kinds;
 use crate::api::keys;
 use crate::config::report::{self, DryRun};
 use crate::config::{lookup, validate};
+use crate::controller::scoped_api;
 use crate::lifecycle::decide::PodCreation;
 use crate::lifecycle::desired;
 use crate::metrics::Metrics;
@@ -272,10 +273,7 @@ pub async fn run_scope(
     metrics: Arc<Metrics>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let api = match namespace.as_deref() {
-        Some(ns) => Api::namespaced_with(client.clone(), ns, &kinds.browserconfig),
-        None => Api::all_with(client.clone(), &kinds.browserconfig),
-    };
+    let api = scoped_api(&client, namespace.as_deref(), &kinds.browserconfig);
     let controller = Controller::new_with(
         api.clone(),
         watcher::Config::default().any_semantic(),

@@ -334,7 +334,8 @@ fn prune_pod(pod: &mut DynamicObject) {
     }
 }
 
-fn scoped_api(
+/// The API of `resource` over one namespace, or all namespaces for `None`.
+pub(crate) fn scoped_api(
     client: &Client,
     ns: Option<&str>,
     resource: &kube::core::ApiResource,
