@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
 
+use crate::api::crd::KubernetesVersion;
 use crate::duration;
 
 #[derive(Debug, Parser)]
@@ -37,6 +38,11 @@ pub struct CrdsArgs {
     /// (browser.selenosis.io / browserconfig.selenosis.io) instead of selenosis.io.
     #[arg(long)]
     pub split_groups: bool,
+    /// Generate for this Kubernetes release (e.g. 1.31): every validation and field the server
+    /// enforces and understands. Without it, the portable schemas of crds/ that install on 1.24
+    /// and newer.
+    #[arg(long, value_name = "MAJOR.MINOR")]
+    pub kubernetes_version: Option<KubernetesVersion>,
 }
 
 #[derive(Debug, Args)]
@@ -309,7 +315,10 @@ mod tests {
         }
         assert!(matches!(
             parse(&["crds", "--split-groups"]).unwrap().command,
-            Some(Command::Crds(CrdsArgs { split_groups: true }))
+            Some(Command::Crds(CrdsArgs {
+                split_groups: true,
+                kubernetes_version: None
+            }))
         ));
     }
 }

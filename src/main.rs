@@ -13,7 +13,12 @@ fn print_crds(args: &CrdsArgs) -> ExitCode {
     } else {
         Layout::Default
     };
-    let written = crd::to_yaml(layout)
+    let features = match args.kubernetes_version {
+        Some(version) => crd::Features::for_version(version),
+        None => Ok(crd::Features::PORTABLE),
+    };
+    let written = features
+        .and_then(|features| crd::to_yaml(layout, features))
         .map_err(|e| e.to_string())
         .and_then(|text| {
             std::io::stdout()

@@ -4,11 +4,13 @@
 
 mod support;
 
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use clap::Parser;
 use futures::StreamExt;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions};
 use kube::core::ApiResource;
@@ -19,6 +21,7 @@ use tokio::sync::oneshot;
 use browser_controller::api::crd::{self, Layout};
 use browser_controller::api::keys;
 use browser_controller::cli::Cli;
+use browser_controller::manifest;
 use browser_controller::metrics::Metrics;
 use browser_controller::operator;
 use support::apiserver::ApiServer;
@@ -84,11 +87,14 @@ struct Env {
 
 impl Env {
     fn new(layouts: &[Layout]) -> Env {
+        let crds: Vec<Value> = layouts.iter().flat_map(|l| crd::crds(*l)).collect();
+        Env::with_crds(&crds)
+    }
+
+    fn with_crds(crds: &[Value]) -> Env {
         let server = ApiServer::new();
-        for layout in layouts {
-            for crd in crd::crds(*layout) {
-                server.install_crd(&crd).expect("CRD installs");
-            }
+        for crd in crds {
+            server.install_crd(crd).expect("CRD installs");
         }
         let client = server.client();
         let kubelet = Kubelet::start(client.clone(), "node-1", Script::Run);
@@ -99,6 +105,22 @@ impl Env {
             stop: None,
             operator: None,
             statuses: Arc::new(Mutex::new(Vec::new())),
+        }
+    }
+
+    /// Replaces the installed CRDs with `crds` through the API, as `kubectl replace -f`
+    /// does, leaving the stored objects in place.
+    async fn replace_crds(&self, crds: Vec<Value>) {
+        let ar = ApiResource::erase::<CustomResourceDefinition>(&());
+        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &ar);
+        for crd in crds {
+            let name = crd["metadata"]["name"].as_str().unwrap().to_string();
+            let live = api.get(&name).await.expect("the old CRD is installed");
+            let mut object: DynamicObject = serde_json::from_value(crd).unwrap();
+            object.metadata.resource_version = live.metadata.resource_version;
+            api.replace(&name, &PostParams::default(), &object)
+                .await
+                .expect("the new CRD replaces the old one");
         }
     }
 
@@ -377,13 +399,78 @@ fn labelled_by_operator(pod: &Value) -> bool {
     pod["metadata"]["labels"][keys::LABEL_MANAGED_BY] == keys::MANAGER
 }
 
-async fn take_over_a_running_go_session(layout: Layout, flags: &[&str], owner_api_version: &str) {
-    let mut env = Env::new(&[layout]);
+/// The CRDs of the selenosis Helm chart (the Go controller's), from the upstream examples
+/// beside the repository; `None`, with a note, when they are absent.
+fn helm_chart_crds() -> Option<Vec<Value>> {
+    let dir =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/upstream-examples/selenosis-deploy");
+    if !dir.is_dir() {
+        println!(
+            "note: {} is absent; upgrade from the Helm chart CRDs not run",
+            dir.display()
+        );
+        return None;
+    }
+    let crds = [
+        "crd-browser.helm-template.yaml",
+        "crd-browserconfig.helm-template.yaml",
+    ]
+    .iter()
+    .flat_map(|file| {
+        // The `{{ … }}` lines of the templates only switch them on and off.
+        let text: String = std::fs::read_to_string(dir.join(file))
+            .unwrap()
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("{{"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        manifest::parse(&text, Path::new(file)).unwrap()
+    })
+    .collect();
+    Some(crds)
+}
+
+/// Which CRDs the cluster has when the Go-era session is made.
+enum Installed {
+    /// Ours from the start.
+    Ours,
+    /// The Helm chart's, replaced by ours (`kubectl replace -f crds/split-groups/`) before
+    /// the operator starts.
+    HelmChartThenOurs(Vec<Value>),
+}
+
+async fn take_over_a_running_go_session(
+    layout: Layout,
+    flags: &[&str],
+    owner_api_version: &str,
+    installed: Installed,
+) {
+    let mut env = match &installed {
+        Installed::Ours => Env::new(&[layout]),
+        Installed::HelmChartThenOurs(crds) => Env::with_crds(crds),
+    };
     env.record_statuses(layout);
     env.confirm_go_pod_deletions();
     let pod_uid = env
         .go_session(layout, "go1", owner_api_version, "10.9.0.7")
         .await;
+    if let Installed::HelmChartThenOurs(_) = installed {
+        env.replace_crds(crd::crds(layout)).await;
+        let crd = env
+            .server
+            .get(
+                "customresourcedefinitions",
+                "",
+                "browsers.browser.selenosis.io",
+            )
+            .unwrap();
+        assert_eq!(
+            crd["spec"]["versions"][0]["schema"],
+            crd::crds(layout)[1]["spec"]["versions"][0]["schema"],
+            "our schema is installed"
+        );
+        assert!(env.browser("go1").is_some(), "the Go-era Browser is kept");
+    }
     env.start_operator(flags);
 
     env.until("the Go-era pod to carry the operator's labels", |e| {
@@ -455,12 +542,33 @@ async fn take_over_a_running_go_session(layout: Layout, flags: &[&str], owner_ap
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_running_go_era_session_is_adopted_and_cleaned_up_without_recreating_its_pod() {
     // The owner reference names the split group while the operator resolved selenosis.io.
-    take_over_a_running_go_session(Layout::Default, &[], "browser.selenosis.io/v1").await;
+    take_over_a_running_go_session(
+        Layout::Default,
+        &[],
+        "browser.selenosis.io/v1",
+        Installed::Ours,
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn adoption_works_in_the_split_layout_with_an_owner_reference_of_the_other_group() {
-    take_over_a_running_go_session(Layout::SplitGroups, &[], "selenosis.io/v1").await;
+    take_over_a_running_go_session(Layout::SplitGroups, &[], "selenosis.io/v1", Installed::Ours)
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_go_era_session_survives_replacing_the_helm_chart_crds_with_ours() {
+    let Some(crds) = helm_chart_crds() else {
+        return;
+    };
+    take_over_a_running_go_session(
+        Layout::SplitGroups,
+        &[],
+        "browser.selenosis.io/v1",
+        Installed::HelmChartThenOurs(crds),
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,5 +1,6 @@
 //! The CRD files under `crds/`, the `crds` subcommand, and compatibility of the schemas with
-//! the manifests of the current Selenosis stack.
+//! the BrowserConfigs of the current Selenosis stack (upgrades from older CRDs:
+//! `tests/crd_upgrades.rs`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -100,6 +101,52 @@ fn crds_subcommand_prints_the_files() {
         run_crds(&["--split-groups"]),
         concatenated(&crds_dir().join("split-groups"))
     );
+}
+
+#[test]
+fn crds_for_a_kubernetes_release_carry_what_it_enforces() {
+    let old = run_crds(&["--kubernetes-version", "1.24"]);
+    assert!(!old.contains("x-kubernetes-validations"), "{old}");
+    assert!(!old.contains("selectableFields"));
+    let mut expected = concatenated(&crds_dir());
+    assert!(expected.contains("x-kubernetes-validations"));
+    assert_eq!(run_crds(&["--kubernetes-version", "v1.30.4"]), expected);
+    let new = run_crds(&["--kubernetes-version", "1.31", "--split-groups"]);
+    assert!(new.contains("x-kubernetes-validations"));
+    assert!(
+        new.contains("selectableFields:\n    - jsonPath: .spec.browserName\n"),
+        "{new}"
+    );
+    expected = concatenated(&crds_dir().join("split-groups"));
+    assert_eq!(
+        new.lines().filter(|l| !expected.contains(l)).count(),
+        4,
+        "only the selectableFields block is new"
+    );
+}
+
+#[test]
+fn crds_refuse_an_unsupported_or_malformed_kubernetes_version() {
+    for (version, message) in [
+        (
+            "1.23",
+            "Kubernetes 1.23 is not supported: browser-controller needs 1.24 or newer",
+        ),
+        (
+            "latest",
+            "invalid Kubernetes version \"latest\": expected MAJOR.MINOR",
+        ),
+    ] {
+        let output = Command::new(env!("CARGO_BIN_EXE_browser-controller"))
+            .args(["crds", "--kubernetes-version", version])
+            .output()
+            .unwrap();
+        assert!(!output.status.success());
+        assert!(output.stdout.is_empty());
+        let stderr = String::from_utf8(output.stderr).unwrap();
+        let first = stderr.lines().next().unwrap_or_default();
+        assert!(first.contains(message), "{stderr}");
+    }
 }
 
 #[test]
@@ -323,107 +370,4 @@ fn upstream_browserconfigs_validate_against_our_schema() {
         checked >= 10,
         "only {checked} upstream BrowserConfigs found"
     );
-}
-
-/// Reads an upstream Helm template of a CRD: the `{{ … }}` lines only switch it on and off.
-fn upstream_crd(dir: &Path, file: &str) -> Value {
-    let text: String = std::fs::read_to_string(dir.join(file))
-        .unwrap()
-        .lines()
-        .filter(|l| !l.trim_start().starts_with("{{"))
-        .map(|l| format!("{l}\n"))
-        .collect();
-    let mut objects = manifest::parse(&text, Path::new(file)).unwrap();
-    assert_eq!(objects.len(), 1);
-    objects.remove(0)
-}
-
-/// Paths of fields the upstream schema declares and ours neither declares nor keeps open.
-fn fields_missing(upstream: &Value, ours: &Value, path: &str, missing: &mut Vec<String>) {
-    if ours["x-kubernetes-preserve-unknown-fields"] == true {
-        return;
-    }
-    for (name, child) in upstream["properties"].as_object().into_iter().flatten() {
-        match ours["properties"].get(name) {
-            Some(our_child) => fields_missing(child, our_child, &format!("{path}.{name}"), missing),
-            None => missing.push(format!("{path}.{name}")),
-        }
-    }
-    for key in ["items", "additionalProperties"] {
-        if let (Some(u), Some(o)) = (upstream.get(key), ours.get(key)) {
-            fields_missing(u, o, &format!("{path}.{key}"), missing);
-        }
-    }
-}
-
-#[test]
-fn our_crds_cover_the_upstream_crds() {
-    let Some(dir) = upstream_dir() else {
-        return;
-    };
-    for (file, kind) in [
-        ("selenosis-deploy/crd-browser.helm-template.yaml", "Browser"),
-        (
-            "selenosis-deploy/crd-browserconfig.helm-template.yaml",
-            "BrowserConfig",
-        ),
-    ] {
-        let upstream = upstream_crd(&dir, file);
-        let ours = crd::crds(Layout::SplitGroups)
-            .into_iter()
-            .find(|c| c["spec"]["names"]["kind"] == kind)
-            .unwrap();
-        assert_eq!(ours["metadata"]["name"], upstream["metadata"]["name"]);
-        assert_eq!(ours["spec"]["group"], upstream["spec"]["group"]);
-        for key in ["kind", "listKind", "plural", "singular"] {
-            assert_eq!(
-                ours["spec"]["names"][key], upstream["spec"]["names"][key],
-                "{kind} {key}"
-            );
-        }
-        for short in upstream["spec"]["names"]["shortNames"]
-            .as_array()
-            .into_iter()
-            .flatten()
-        {
-            assert!(
-                ours["spec"]["names"]["shortNames"]
-                    .as_array()
-                    .unwrap()
-                    .contains(short)
-            );
-        }
-        let (upstream_version, our_version) = (
-            &upstream["spec"]["versions"][0],
-            &ours["spec"]["versions"][0],
-        );
-        assert_eq!(our_version["name"], upstream_version["name"]);
-        assert_eq!(
-            our_version["subresources"],
-            upstream_version["subresources"]
-        );
-
-        // Same columns for `kubectl get`; ours adds Reason to `-o wide` only.
-        let columns = |v: &Value| -> Vec<Value> {
-            v["additionalPrinterColumns"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter(|c| c["priority"].as_i64().unwrap_or(0) == 0)
-                .map(|c| json!([c["name"], c["type"], c["jsonPath"]]))
-                .collect()
-        };
-        if kind == "Browser" {
-            assert_eq!(columns(our_version), columns(upstream_version));
-        }
-
-        let mut missing = Vec::new();
-        fields_missing(
-            &upstream_version["schema"]["openAPIV3Schema"],
-            &our_version["schema"]["openAPIV3Schema"],
-            "",
-            &mut missing,
-        );
-        assert!(missing.is_empty(), "{kind}: {missing:#?}");
-    }
 }

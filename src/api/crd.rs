@@ -55,9 +55,101 @@ impl Layout {
     }
 }
 
+/// A Kubernetes release (`major.minor`), the target of `crds --kubernetes-version`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct KubernetesVersion {
+    pub major: u32,
+    pub minor: u32,
+}
+
+impl KubernetesVersion {
+    /// The oldest release the operator supports.
+    pub const OLDEST: KubernetesVersion = KubernetesVersion::new(1, 24);
+    /// First release that enforces CEL rules (`x-kubernetes-validations`, beta and on by default).
+    const CEL: KubernetesVersion = KubernetesVersion::new(1, 25);
+    /// First release that serves field selectors on custom resources (`selectableFields`, beta
+    /// and on by default).
+    const SELECTABLE_FIELDS: KubernetesVersion = KubernetesVersion::new(1, 31);
+
+    pub const fn new(major: u32, minor: u32) -> Self {
+        Self { major, minor }
+    }
+}
+
+impl std::fmt::Display for KubernetesVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.major, self.minor)
+    }
+}
+
+impl std::str::FromStr for KubernetesVersion {
+    type Err = CrdError;
+
+    /// Accepts `1.31`, `v1.31` and `1.31.2` (the patch level does not matter to schemas).
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let invalid = || CrdError::Version {
+            text: text.to_string(),
+        };
+        let trimmed = text.trim();
+        let trimmed = trimmed.strip_prefix('v').unwrap_or(trimmed);
+        let mut parts = trimmed.splitn(3, '.');
+        let mut number = || -> Result<u32, CrdError> {
+            parts
+                .next()
+                .filter(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|p| p.parse().ok())
+                .ok_or_else(invalid)
+        };
+        let (major, minor) = (number()?, number()?);
+        if let Some(patch) = parts.next()
+            && (patch.is_empty() || !patch.bytes().all(|b| b.is_ascii_digit()))
+        {
+            return Err(invalid());
+        }
+        Ok(Self::new(major, minor))
+    }
+}
+
+/// Schema features that depend on the API server's release.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Features {
+    /// CEL rules: the Browser spec is immutable. 1.24 accepts and drops them.
+    pub cel: bool,
+    /// `selectableFields` on Browser (`kubectl get brw --field-selector status.phase=Running`).
+    /// Servers before 1.31 reject the field under strict field validation.
+    pub selectable_fields: bool,
+}
+
+impl Features {
+    /// What the files in `crds/` carry: installs with plain `kubectl apply` on every supported
+    /// release.
+    pub const PORTABLE: Features = Features {
+        cel: true,
+        selectable_fields: false,
+    };
+
+    /// Everything a server of `version` understands and enforces.
+    pub fn for_version(version: KubernetesVersion) -> Result<Features, CrdError> {
+        if version < KubernetesVersion::OLDEST {
+            return Err(CrdError::Unsupported { version });
+        }
+        Ok(Features {
+            cel: version >= KubernetesVersion::CEL,
+            selectable_fields: version >= KubernetesVersion::SELECTABLE_FIELDS,
+        })
+    }
+}
+
 /// Why the CRDs could not be rendered or written.
 #[derive(Debug, thiserror::Error)]
 pub enum CrdError {
+    #[error("invalid Kubernetes version {text:?}: expected MAJOR.MINOR, e.g. 1.31")]
+    Version { text: String },
+    #[error(
+        "Kubernetes {version} is not supported: browser-controller needs {} or newer",
+        KubernetesVersion::OLDEST
+    )]
+    Unsupported { version: KubernetesVersion },
     #[error("cannot serialize CustomResourceDefinition {name} to YAML: {message}")]
     Yaml { name: String, message: String },
     #[error("cannot write {path}: {source}")]
@@ -67,16 +159,52 @@ pub enum CrdError {
     },
 }
 
-/// The CustomResourceDefinitions of a layout: `BrowserConfig`, then `Browser` (sorted by
-/// name, like their files in `crds/`).
+/// The CustomResourceDefinitions of a layout as in `crds/`: `BrowserConfig`, then `Browser`
+/// (sorted by name, like their files).
 pub fn crds(layout: Layout) -> Vec<Value> {
-    vec![browserconfig_crd(layout), browser_crd(layout)]
+    crds_with(layout, Features::PORTABLE)
+}
+
+/// The CustomResourceDefinitions of a layout carrying the given schema features.
+pub fn crds_with(layout: Layout, features: Features) -> Vec<Value> {
+    let mut crds = vec![browserconfig_crd(layout), browser_crd(layout)];
+    for crd in &mut crds {
+        if !features.cel {
+            strip_key(crd, "x-kubernetes-validations");
+        }
+        if features.selectable_fields
+            && crd["spec"]["names"]["kind"] == keys::BROWSER_KIND
+            && let Some(Value::Object(version)) = crd.pointer_mut("/spec/versions/0")
+        {
+            version.insert(
+                "selectableFields".into(),
+                json!([
+                    {"jsonPath": ".spec.browserName"},
+                    {"jsonPath": ".spec.browserVersion"},
+                    {"jsonPath": ".status.phase"},
+                ]),
+            );
+        }
+    }
+    crds
+}
+
+/// Removes `key` from every object below `value`.
+fn strip_key(value: &mut Value, key: &str) {
+    match value {
+        Value::Object(map) => {
+            map.remove(key);
+            map.values_mut().for_each(|v| strip_key(v, key));
+        }
+        Value::Array(items) => items.iter_mut().for_each(|v| strip_key(v, key)),
+        _ => {}
+    }
 }
 
 /// The CRDs of a layout as multi-document YAML, every document starting with `---`, so
-/// that the output is the concatenation of the layout's files.
-pub fn to_yaml(layout: Layout) -> Result<String, CrdError> {
-    Ok(documents(layout)?
+/// that the output with [`Features::PORTABLE`] is the concatenation of the layout's files.
+pub fn to_yaml(layout: Layout, features: Features) -> Result<String, CrdError> {
+    Ok(documents(layout, features)?
         .into_iter()
         .map(|(_, text)| text)
         .collect())
@@ -86,7 +214,7 @@ pub fn to_yaml(layout: Layout) -> Result<String, CrdError> {
 pub fn files() -> Result<Vec<(PathBuf, String)>, CrdError> {
     let mut files = Vec::new();
     for layout in Layout::ALL {
-        for (name, text) in documents(layout)? {
+        for (name, text) in documents(layout, Features::PORTABLE)? {
             files.push((layout.dir().join(format!("{name}.yaml")), text));
         }
     }
@@ -109,8 +237,8 @@ pub fn write_dir(dir: &Path) -> Result<(), CrdError> {
 }
 
 /// (CRD name, YAML document) of each CRD of a layout.
-fn documents(layout: Layout) -> Result<Vec<(String, String)>, CrdError> {
-    crds(layout)
+fn documents(layout: Layout, features: Features) -> Result<Vec<(String, String)>, CrdError> {
+    crds_with(layout, features)
         .into_iter()
         .map(|crd| {
             let name = crd["metadata"]["name"]
@@ -1064,7 +1192,7 @@ mod tests {
     #[test]
     fn yaml_reads_back_as_the_crds() {
         for layout in Layout::ALL {
-            let text = to_yaml(layout).unwrap();
+            let text = to_yaml(layout, Features::PORTABLE).unwrap();
             assert!(text.starts_with("---\napiVersion: apiextensions.k8s.io/v1\n"));
             let read = crate::manifest::parse(&text, Path::new("crds.yaml")).unwrap();
             assert_eq!(read, crds(layout));
@@ -1088,6 +1216,127 @@ mod tests {
             ])
         );
         let default: String = files[..2].iter().map(|(_, t)| t.as_str()).collect();
-        assert_eq!(default, to_yaml(Layout::Default).unwrap());
+        assert_eq!(
+            default,
+            to_yaml(Layout::Default, Features::PORTABLE).unwrap()
+        );
+    }
+
+    fn version_of(text: &str) -> KubernetesVersion {
+        text.parse().unwrap()
+    }
+
+    #[test]
+    fn kubernetes_versions_parse_with_or_without_v_and_patch() {
+        assert_eq!(version_of("1.24"), KubernetesVersion::new(1, 24));
+        assert_eq!(version_of("v1.31"), KubernetesVersion::new(1, 31));
+        assert_eq!(version_of("1.33.2"), KubernetesVersion::new(1, 33));
+        for bad in [
+            "", "1", "1.", "1.x", "one.two", "1.24.", "1.24.x", "-1.24", "1.24 .1",
+        ] {
+            let err = bad.parse::<KubernetesVersion>().unwrap_err().to_string();
+            assert!(err.contains("expected MAJOR.MINOR"), "{bad:?}: {err}");
+        }
+        assert!(version_of("1.9") < version_of("1.24"));
+    }
+
+    fn rules(crds: &[Value]) -> usize {
+        crds.iter()
+            .map(|crd| serde_json::to_string(crd).unwrap())
+            .map(|text| text.matches("x-kubernetes-validations").count())
+            .sum()
+    }
+
+    fn selectable(crds: &[Value], kind: &str) -> Value {
+        let crd = crds
+            .iter()
+            .find(|c| c["spec"]["names"]["kind"] == kind)
+            .unwrap();
+        version(crd)
+            .get("selectableFields")
+            .cloned()
+            .unwrap_or(Value::Null)
+    }
+
+    #[test]
+    fn each_release_gets_the_validations_it_enforces() {
+        let err = Features::for_version(version_of("1.23")).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "Kubernetes 1.23 is not supported: browser-controller needs 1.24 or newer"
+        );
+        let at = |v: &str| {
+            crds_with(
+                Layout::Default,
+                Features::for_version(version_of(v)).unwrap(),
+            )
+        };
+
+        let old = at("1.24");
+        assert_eq!(rules(&old), 0, "1.24 gets no CEL rules");
+        assert_eq!(selectable(&old, "Browser"), Value::Null);
+
+        for v in ["1.25", "1.30"] {
+            let crds = at(v);
+            assert_eq!(rules(&crds), 1, "{v}: the spec immutability rule");
+            assert_eq!(selectable(&crds, "Browser"), Value::Null, "{v}");
+        }
+        for v in ["1.31", "1.36"] {
+            let crds = at(v);
+            assert_eq!(rules(&crds), 1, "{v}");
+            assert_eq!(
+                selectable(&crds, "Browser"),
+                json!([
+                    {"jsonPath": ".spec.browserName"},
+                    {"jsonPath": ".spec.browserVersion"},
+                    {"jsonPath": ".status.phase"},
+                ]),
+                "{v}"
+            );
+            assert_eq!(selectable(&crds, "BrowserConfig"), Value::Null, "{v}");
+        }
+
+        let portable = crds(Layout::Default);
+        assert_eq!(rules(&portable), 1);
+        assert_eq!(selectable(&portable, "Browser"), Value::Null);
+    }
+
+    #[test]
+    fn every_release_variant_is_structural_and_a_valid_crd() {
+        for v in ["1.24", "1.25", "1.31"] {
+            let features = Features::for_version(version_of(v)).unwrap();
+            for layout in Layout::ALL {
+                for crd in crds_with(layout, features) {
+                    let mut problems = Vec::new();
+                    check_structural(root_schema(&crd), "", &mut problems);
+                    assert!(problems.is_empty(), "{v}: {problems:#?}");
+                    let typed: CustomResourceDefinition =
+                        serde_json::from_value(crd.clone()).unwrap();
+                    assert_eq!(floats(&serde_json::to_value(typed).unwrap()), floats(&crd));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn selectable_fields_point_at_string_fields_of_the_schema() {
+        let features = Features::for_version(version_of("1.31")).unwrap();
+        let crd = crds_with(Layout::Default, features)
+            .into_iter()
+            .find(|c| c["spec"]["names"]["kind"] == "Browser")
+            .unwrap();
+        let fields = version(&crd)["selectableFields"]
+            .as_array()
+            .unwrap()
+            .clone();
+        assert!(fields.len() <= 8, "the API server allows at most 8");
+        for field in fields {
+            let path = field["jsonPath"].as_str().unwrap();
+            let mut node = root_schema(&crd);
+            for part in path.trim_start_matches('.').split('.') {
+                node = &node["properties"][part];
+            }
+            assert_eq!(node["type"], "string", "{path}");
+        }
     }
 }
