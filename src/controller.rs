@@ -296,24 +296,64 @@ fn strip_managed_fields(object: &mut DynamicObject) {
 
 /// Of each container, what the operator reads from a pod's spec: names and ports (the
 /// Browser's `containerStatuses[].ports`), and the restart policy of init containers
-/// (sidecars). With `spec.nodeName` and the whole status and metadata, that is everything.
+/// (sidecars). With `spec.nodeName`, that is everything it reads of the spec.
 const KEPT_CONTAINER_FIELDS: [(&str, &[&str]); 2] = [
     ("containers", &["name", "ports"]),
     ("initContainers", &["name", "restartPolicy"]),
 ];
 
+/// What decisions, the Browser status and the startup metrics read of a pod's status.
+const KEPT_STATUS_FIELDS: [&str; 5] = ["phase", "podIP", "startTime", "reason", "message"];
+
+/// Lists of the pod status and the fields kept of each item.
+const KEPT_STATUS_LISTS: [(&str, &[&str]); 3] = [
+    (
+        "conditions",
+        &["type", "status", "reason", "message", "lastTransitionTime"],
+    ),
+    (
+        "containerStatuses",
+        &["name", "state", "image", "restartCount"],
+    ),
+    (
+        "initContainerStatuses",
+        &["name", "state", "image", "restartCount"],
+    ),
+];
+
 /// Cuts a pod down to what decisions read before it enters the cache: no managedFields, no
-/// annotations, and of the spec only the fields above. Env, resources, volumes and the like
-/// are about half of a cached pod's memory and are never read (the spec is immutable).
+/// annotations, and of spec and status only the fields above. Env, resources, volumes and
+/// the like, and what kubelets add to statuses (image and container IDs, last states,
+/// resources, volume mounts, host IPs …), are most of a cached pod's memory and never read.
 fn prune_pod(pod: &mut DynamicObject) {
     strip_managed_fields(pod);
     pod.metadata.annotations = None;
-    let Some(Value::Object(spec)) = pod.data.get_mut("spec") else {
-        return;
-    };
-    let mut full = std::mem::take(spec);
-    for (list, fields) in KEPT_CONTAINER_FIELDS {
-        if let Some(Value::Array(items)) = full.remove(list) {
+    if let Some(Value::Object(spec)) = pod.data.get_mut("spec") {
+        let mut full = std::mem::take(spec);
+        keep_lists(&mut full, spec, &KEPT_CONTAINER_FIELDS);
+        if let Some(node) = full.remove("nodeName") {
+            spec.insert("nodeName".to_string(), node);
+        }
+    }
+    if let Some(Value::Object(status)) = pod.data.get_mut("status") {
+        let mut full = std::mem::take(status);
+        for field in KEPT_STATUS_FIELDS {
+            if let Some(value) = full.remove(field) {
+                status.insert(field.to_string(), value);
+            }
+        }
+        keep_lists(&mut full, status, &KEPT_STATUS_LISTS);
+    }
+}
+
+/// Moves each listed array from `full` to `kept`, keeping only the given fields of its items.
+fn keep_lists(
+    full: &mut serde_json::Map<String, Value>,
+    kept: &mut serde_json::Map<String, Value>,
+    lists: &[(&str, &[&str])],
+) {
+    for (list, fields) in lists {
+        if let Some(Value::Array(items)) = full.remove(*list) {
             let items = items
                 .into_iter()
                 .map(|item| match item {
@@ -326,11 +366,8 @@ fn prune_pod(pod: &mut DynamicObject) {
                     other => other,
                 })
                 .collect();
-            spec.insert(list.to_string(), Value::Array(items));
+            kept.insert(list.to_string(), Value::Array(items));
         }
-    }
-    if let Some(node) = full.remove("nodeName") {
-        spec.insert("nodeName".to_string(), node);
     }
 }
 
@@ -743,14 +780,17 @@ mod tests {
         let each = |list: &[String], state: &dyn Fn(usize) -> Value| -> Value {
             list.iter()
                 .enumerate()
-                .map(|(i, name)| json!({"name": name, "image": "img", "ready": true, "restartCount": 0, "state": state(i)}))
+                .map(|(i, name)| json!({"name": name, "image": "img", "ready": true, "restartCount": 0, "state": state(i),
+                    "imageID": "docker.io/img@sha256:0123", "containerID": format!("containerd://{i}"), "started": true,
+                    "lastState": {"terminated": {"exitCode": 1, "reason": "Error"}}, "user": {"linux": {"uid": 1000, "gid": 1000}},
+                    "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}], "resources": {"limits": {"memory": "1Gi"}}}))
                 .collect()
         };
         let running = json!({"running": {"startedAt": "2026-11-22T10:00:03Z"}});
         let done = json!({"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": "2026-11-22T10:00:02Z", "finishedAt": "2026-11-22T10:00:03Z"}});
-        let conditions = json!([{"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-11-22T10:00:01Z"},
-                                {"type": "Ready", "status": "True", "lastTransitionTime": "2026-11-22T10:00:03Z"}]);
-        vec![
+        let conditions = json!([{"type": "PodScheduled", "status": "True", "lastProbeTime": null, "lastTransitionTime": "2026-11-22T10:00:01Z"},
+                                {"type": "Ready", "status": "True", "lastProbeTime": null, "lastTransitionTime": "2026-11-22T10:00:03Z"}]);
+        let mut states = vec![
             json!({"phase": "Pending"}),
             json!({"phase": "Pending", "startTime": "2026-11-22T10:00:01Z"}),
             json!({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/3 nodes are available"}]}),
@@ -766,7 +806,20 @@ mod tests {
             json!({"phase": "Running", "podIP": "10.1.2.3", "startTime": "2026-11-22T10:00:01Z", "conditions": conditions,
                    "initContainerStatuses": each(&inits, &|_| running.clone()),
                    "containerStatuses": each(&containers, &|i| if i == 0 { done.clone() } else { running.clone() })}),
-        ]
+            json!({"phase": "Failed", "reason": "Evicted", "message": "The node was low on resource: memory.",
+                   "startTime": "2026-11-22T10:00:01Z", "conditions": conditions,
+                   "containerStatuses": each(&containers, &|_| done.clone())}),
+        ];
+        // What a kubelet adds that no decision reads.
+        for state in &mut states {
+            state["hostIP"] = json!("10.0.0.2");
+            state["hostIPs"] = json!([{"ip": "10.0.0.2"}]);
+            state["qosClass"] = json!("Burstable");
+            if let Some(ip) = state.get("podIP").cloned() {
+                state["podIPs"] = json!([{"ip": ip}]);
+            }
+        }
+        states
     }
 
     #[test]
@@ -827,24 +880,41 @@ mod tests {
                 }
             }
         }
-        assert_eq!(cases, 2 * 2 * 7 * 3 * 2);
+        assert_eq!(cases, 2 * 2 * 8 * 3 * 2);
     }
 
     #[test]
-    fn pruned_pods_keep_names_ports_restart_policies_node_and_status_only() {
+    fn pruned_pods_keep_names_ports_restart_policies_node_and_the_status_decisions_read() {
         let mut pod = golden_pod(include_str!("../testdata/golden/playwright.pod.yaml"));
         pod["spec"]["nodeName"] = json!("node-1");
         pod["spec"]["initContainers"][0]["restartPolicy"] = json!("Always");
-        pod["status"] = json!({"phase": "Running", "podIP": "10.1.2.3"});
+        let state = |extra: Value| {
+            let mut status = json!({"name": "browser", "state": {"running": {}}, "image": "i", "restartCount": 0});
+            status
+                .as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            status
+        };
+        let kubelet = json!({"imageID": "i@sha256:1", "containerID": "c://1", "ready": true, "started": true, "lastState": {}});
+        pod["status"] = json!({"phase": "Running", "podIP": "10.1.2.3", "podIPs": [{"ip": "10.1.2.3"}], "hostIP": "10.0.0.2",
+            "qosClass": "Burstable", "startTime": "2026-11-22T10:00:01Z", "reason": "R", "message": "M",
+            "conditions": [{"type": "Ready", "status": "True", "lastProbeTime": null, "lastTransitionTime": "2026-11-22T10:00:03Z", "reason": "R", "message": "M"}],
+            "containerStatuses": [state(kubelet.clone())], "initContainerStatuses": [state(kubelet)]});
         let mut object: DynamicObject = serde_json::from_value(pod.clone()).unwrap();
         prune_pod(&mut object);
+        assert_eq!(
+            object.data["status"],
+            json!({"phase": "Running", "podIP": "10.1.2.3", "startTime": "2026-11-22T10:00:01Z", "reason": "R", "message": "M",
+                "conditions": [{"type": "Ready", "status": "True", "reason": "R", "message": "M", "lastTransitionTime": "2026-11-22T10:00:03Z"}],
+                "containerStatuses": [state(json!({}))], "initContainerStatuses": [state(json!({}))]})
+        );
         assert!(object.metadata.annotations.is_none());
         assert_eq!(
             object.metadata.labels,
             serde_json::from_value(pod["metadata"]["labels"].clone()).unwrap()
         );
         assert!(object.metadata.owner_references.is_some());
-        assert_eq!(object.data["status"], pod["status"]);
         let spec = object.data["spec"].as_object().unwrap();
         let mut keys: Vec<&String> = spec.keys().collect();
         keys.sort();
