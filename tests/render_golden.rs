@@ -347,9 +347,10 @@ fn upstream_browserconfigs_render_every_entry() {
                     &browser,
                     std::slice::from_ref(&config),
                     &resource,
+                    None,
                     |_, _, _| None,
                 ) {
-                    PodCreation::Render(pod) => pod,
+                    PodCreation::Render { pod, .. } => pod,
                     PodCreation::Fail(failure) => {
                         panic!("{file}: {browser_name} {version}: {failure:?}")
                     }
