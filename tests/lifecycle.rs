@@ -1122,3 +1122,38 @@ async fn a_rejection_after_the_schema_changed_refetches_it_and_the_browser_still
     let reasons = env.event_reasons("s1");
     assert_eq!(reasons.iter().filter(|r| *r == "PodCreated").count(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dry_run_rejected_for_a_stale_schema_is_judged_again_with_the_new_one() {
+    let server = ApiServer::new();
+    server.check_pod_fields(500);
+    let env = start_on(server, Layout::Default, Script::Run, &[]).await;
+    env.until("the start-up schema read", |e| {
+        e.openapi_requests()
+            .iter()
+            .any(|(p, code)| p.starts_with("/openapi/v3/api/v1") && *code == 200)
+    })
+    .await;
+    env.server.remove_schema_field(CONTAINER, "restartPolicy");
+    env.server.remove_schema_field(RESOURCES, "claims");
+    // The config's first dry run carries the fields and is rejected; the entry is not
+    // called invalid for it, but judged again with the refetched schema.
+    env.create_config("sidecars", sidecar_spec()).await;
+    env.until("the PodFieldsRemoved condition", |e| {
+        e.server
+            .get("browserconfigs", NS, "sidecars")
+            .and_then(|c| c["status"]["conditions"].as_array().cloned())
+            .is_some_and(|cs| condition(&cs, "PodFieldsRemoved").is_some())
+    })
+    .await;
+    let rejected_dry_runs = env
+        .server
+        .requests()
+        .iter()
+        .filter(|r| r.resource == "pods" && r.dry_run && r.status == 500)
+        .count();
+    assert_eq!(rejected_dry_runs, 1);
+    let pod = env.run_s1().await;
+    assert_pruned(&pod);
+    assert_reported(&env).await;
+}
