@@ -41,7 +41,7 @@ struct Verdict {
 }
 
 /// Verdicts by lower-cased (browser, version key) of one config.
-type Rejections = HashMap<(String, String), Verdict>;
+type EntryVerdicts = HashMap<(String, String), Verdict>;
 
 /// What was judged of a config: its generation, against which Pod schema (if any).
 type Judged = (i64, Option<Weak<PodSchema>>);
@@ -49,7 +49,7 @@ type Judged = (i64, Option<Weak<PodSchema>>);
 /// Dry-run verdicts by namespace and config name.
 #[derive(Default)]
 pub struct Verdicts {
-    rejected: Mutex<HashMap<(String, String), Rejections>>,
+    by_config: Mutex<HashMap<(String, String), EntryVerdicts>>,
     judged: Mutex<HashMap<String, Judged>>,
 }
 
@@ -66,8 +66,8 @@ impl Verdicts {
     }
 
     fn verdict(&self, ns: &str, config: &str, browser: &str, version_key: &str) -> Verdict {
-        let rejected = self.rejected.lock().unwrap_or_else(|e| e.into_inner());
-        rejected
+        let by_config = self.by_config.lock().unwrap_or_else(|e| e.into_inner());
+        by_config
             .get(&(ns.to_string(), config.to_string()))
             .and_then(|entries| entries.get(&(browser.to_lowercase(), version_key.to_lowercase())))
             .cloned()
@@ -89,7 +89,7 @@ impl Verdicts {
                 )
             })
             .collect();
-        self.rejected
+        self.by_config
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert((ns.to_string(), config.to_string()), entries);
@@ -404,4 +404,41 @@ pub async fn run_scope(
             }
         })
         .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn schema() -> Arc<PodSchema> {
+        let doc = json!({"definitions": {"io.k8s.api.core.v1.Pod": {"type": "object"}}});
+        Arc::new(PodSchema::from_openapi_v2(&doc).unwrap())
+    }
+
+    #[test]
+    fn a_config_is_judged_again_for_a_new_generation_or_another_pod_schema() {
+        let verdicts = Verdicts::default();
+        let (a, b) = (schema(), schema());
+        let runs = [DryRun {
+            browser: "Chrome".into(),
+            version: "139.0".into(),
+            rejection: None,
+            removed: vec!["spec.hostUsers".into()],
+        }];
+        verdicts.record("ns", "c", "uid", (3, Some(Arc::downgrade(&a))), &runs);
+        assert!(verdicts.judged("uid", 3, Some(&a)));
+        assert!(!verdicts.judged("uid", 4, Some(&a)));
+        assert!(!verdicts.judged("uid", 3, Some(&b)));
+        assert!(!verdicts.judged("uid", 3, None));
+        // Removed fields are kept for the next status, keyed case-insensitively.
+        assert_eq!(
+            verdicts.verdict("ns", "c", "chrome", "139.0").removed,
+            ["spec.hostUsers"]
+        );
+        assert_eq!(verdicts.rejection("ns", "c", "chrome", "139.0"), None);
+
+        verdicts.record("ns", "c", "uid", (3, None), &runs);
+        assert!(verdicts.judged("uid", 3, None));
+        assert!(!verdicts.judged("uid", 3, Some(&a)));
+    }
 }
