@@ -1516,6 +1516,8 @@ async fn get_doc(client: &Client, path: &str) -> Result<Value, kube::Error> {
 #[tokio::test]
 async fn openapi_v3_and_v2_serve_the_pod_schema_in_the_real_shapes() {
     let (server, client, _) = setup().await;
+    assert!(get_doc(&client, "/openapi/v3").await.is_err());
+    server.serve_openapi(true, true);
     let discovery = get_doc(&client, "/openapi/v3").await.unwrap();
     let url = discovery["paths"]["api/v1"]["serverRelativeURL"]
         .as_str()

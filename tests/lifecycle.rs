@@ -905,13 +905,21 @@ fn sidecar_spec() -> Value {
     })
 }
 
+/// A server that serves its Pod schema (the newest) and rejects applies carrying fields
+/// the schema lacks.
+fn current_cluster() -> ApiServer {
+    let server = ApiServer::new();
+    server.serve_openapi(true, true);
+    server.check_pod_fields(500);
+    server
+}
+
 /// A server whose Pod schema predates native sidecars and resource claims, and which, like
 /// Kubernetes 1.24, rejects server-side applies carrying them with HTTP 500.
 fn older_cluster() -> ApiServer {
-    let server = ApiServer::new();
+    let server = current_cluster();
     server.remove_schema_field(CONTAINER, "restartPolicy");
     server.remove_schema_field(RESOURCES, "claims");
-    server.check_pod_fields(500);
     server
 }
 
@@ -1036,9 +1044,7 @@ async fn on_an_older_cluster_fields_it_lacks_are_removed_and_reported() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_current_cluster_nothing_is_removed_or_reported() {
-    let server = ApiServer::new();
-    server.check_pod_fields(500);
-    let env = start_on(server, Layout::Default, Script::Run, &[]).await;
+    let env = start_on(current_cluster(), Layout::Default, Script::Run, &[]).await;
     let pod = env.run_sidecar_browser().await;
     assert_eq!(pod["spec"]["initContainers"][0]["restartPolicy"], "Always");
     assert_eq!(
@@ -1085,7 +1091,7 @@ async fn without_any_schema_the_operator_runs_and_applies_pods_unpruned() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rejection_after_the_schema_changed_refetches_it_and_the_browser_still_runs() {
-    let server = ApiServer::new();
+    let server = current_cluster();
     server.check_pod_fields(422);
     let env = start_on(server, Layout::Default, Script::Run, &[]).await;
     env.until("the start-up schema read", |e| {
@@ -1125,9 +1131,7 @@ async fn a_rejection_after_the_schema_changed_refetches_it_and_the_browser_still
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dry_run_rejected_for_a_stale_schema_is_judged_again_with_the_new_one() {
-    let server = ApiServer::new();
-    server.check_pod_fields(500);
-    let env = start_on(server, Layout::Default, Script::Run, &[]).await;
+    let env = start_on(current_cluster(), Layout::Default, Script::Run, &[]).await;
     env.until("the start-up schema read", |e| {
         e.openapi_requests()
             .iter()

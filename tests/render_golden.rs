@@ -390,6 +390,7 @@ async fn openapi(client: &kube::Client, path: &str) -> Value {
 #[tokio::test]
 async fn golden_pods_lose_nothing_to_the_current_pod_schema() {
     let server = support::apiserver::ApiServer::new();
+    server.serve_openapi(true, true);
     let client = server.client();
     let v3 = openapi(&client, "/openapi/v3/api/v1").await;
     let v2 = openapi(&client, "/openapi/v2").await;

@@ -201,8 +201,8 @@ impl ApiServer {
         );
     }
 
-    /// Whether `/openapi/v3` (and `/openapi/v3/api/v1`) and `/openapi/v2` are served (both are
-    /// by default); one that is not answers 404.
+    /// Whether `/openapi/v3` (and `/openapi/v3/api/v1`) and `/openapi/v2` are served; one
+    /// that is not answers 404, as neither is by default.
     pub fn serve_openapi(&self, v3: bool, v2: bool) {
         let mut state = lock(&self.shared);
         state.openapi.serve_v3 = v3;

@@ -2,9 +2,10 @@
 //! from k8s-openapi's `schemars` implementations (the types of the newest supported
 //! Kubernetes), served in the shapes a real API server uses — `/openapi/v3` (discovery),
 //! `/openapi/v3/api/v1` (references `#/components/schemas/NAME`, wrapped in `allOf` where
-//! they carry a description) and `/openapi/v2` (`#/definitions/NAME`). A test can make it
-//! an older cluster by removing fields, stop serving either version, and make server-side
-//! apply of a Pod fail on fields the served schema lacks, as the real server does.
+//! they carry a description) and `/openapi/v2` (`#/definitions/NAME`). Served only when a
+//! test asks for it, so that other tests do not pay for reading it at every operator start.
+//! A test can make it an older cluster by removing fields, serve either version, and make
+//! server-side apply of a Pod fail on fields the served schema lacks, as the real server does.
 
 use std::sync::{Arc, LazyLock};
 
@@ -49,8 +50,8 @@ impl Default for OpenApi {
         Self {
             definitions: CURRENT.clone(),
             generation: 1,
-            serve_v3: true,
-            serve_v2: true,
+            serve_v3: false,
+            serve_v2: false,
             check: None,
         }
     }
