@@ -312,16 +312,21 @@ impl Fixture {
         template.metadata.name = Some("template".into());
         template.metadata.uid = Some("00000000-0000-0000-0000-000000000000".into());
         let config_object: DynamicObject = serde_json::from_value(config.clone())?;
-        let mut pod =
-            match desired::pod_for(&template, &[config_object], &kinds.browser, |_, _, _| None) {
-                PodCreation::Render(pod) => pod,
-                PodCreation::Fail(failure) => {
-                    return Err(BenchError::Fixture(format!(
-                        "the example Browser does not render: {}",
-                        failure.message
-                    )));
-                }
-            };
+        let mut pod = match desired::pod_for(
+            &template,
+            &[config_object],
+            &kinds.browser,
+            None,
+            |_, _, _| None,
+        ) {
+            PodCreation::Render { pod, .. } => pod,
+            PodCreation::Fail(failure) => {
+                return Err(BenchError::Fixture(format!(
+                    "the example Browser does not render: {}",
+                    failure.message
+                )));
+            }
+        };
         // A bare pod: no Browser owns it (a real garbage collector would delete it).
         if let Some(meta) = pod["metadata"].as_object_mut() {
             meta.remove("ownerReferences");

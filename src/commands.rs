@@ -105,9 +105,10 @@ pub fn render(args: &RenderArgs) -> Result<String, RenderCommandError> {
         &browser,
         &configs,
         &browser_resource(&browser),
+        None,
         |_, _, _| None,
     ) {
-        PodCreation::Render(pod) => pod,
+        PodCreation::Render { pod, .. } => pod,
         PodCreation::Fail(failure) if failure.reason == "ConfigNotFound" => {
             let spec = |f: &str| {
                 browser

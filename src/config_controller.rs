@@ -2,10 +2,12 @@
 //! changes, every entry is validated locally, rendered and submitted as a server-side
 //! dry-run apply so the cluster's own Pod schema judges it; the verdicts go to the
 //! BrowserConfig's status and are kept for Browser reconciles (`InvalidConfig`).
-//! Each generation is dry-run once per process: never in a loop.
+//! Pods are pruned to the cluster's Pod schema first, as for Browsers, and the fields that
+//! removes are reported. Each generation is dry-run once per process and Pod schema: never
+//! in a loop.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use futures::StreamExt;
 use jiff::Timestamp;
@@ -19,24 +21,36 @@ use tracing::{Instrument, debug, info_span, warn};
 
 use crate::api::discovery::Kinds;
 use crate::api::keys;
-use crate::config::report::{self, DryRun};
+use crate::api::openapi::{PodSchemas, is_unknown_field_rejection};
+use crate::config::report::{self, DryRun, Findings};
 use crate::config::{lookup, validate};
 use crate::controller::scoped_api;
 use crate::lifecycle::decide::PodCreation;
 use crate::lifecycle::desired;
 use crate::metrics::Metrics;
+use crate::pod::schema::PodSchema;
 
 /// Version used to render a `"*"` entry for its dry run (a valid label value).
 const SAMPLE_VERSION: &str = "latest";
 
-/// Rejection messages by lower-cased (browser, version key) of one config.
-type Rejections = HashMap<(String, String), String>;
+/// The cluster's verdict on one entry.
+#[derive(Debug, Clone, Default)]
+struct Verdict {
+    rejection: Option<String>,
+    removed: Vec<String>,
+}
 
-/// Dry-run rejections by namespace and config name.
+/// Verdicts by lower-cased (browser, version key) of one config.
+type EntryVerdicts = HashMap<(String, String), Verdict>;
+
+/// What was judged of a config: its generation, against which Pod schema (if any).
+type Judged = (i64, Option<Weak<PodSchema>>);
+
+/// Dry-run verdicts by namespace and config name.
 #[derive(Default)]
 pub struct Verdicts {
-    rejected: Mutex<HashMap<(String, String), Rejections>>,
-    judged: Mutex<HashMap<String, i64>>,
+    by_config: Mutex<HashMap<(String, String), EntryVerdicts>>,
+    judged: Mutex<HashMap<String, Judged>>,
 }
 
 impl Verdicts {
@@ -48,37 +62,52 @@ impl Verdicts {
         browser: &str,
         version_key: &str,
     ) -> Option<String> {
-        let rejected = self.rejected.lock().unwrap_or_else(|e| e.into_inner());
-        rejected
-            .get(&(ns.to_string(), config.to_string()))?
-            .get(&(browser.to_lowercase(), version_key.to_lowercase()))
-            .cloned()
+        self.verdict(ns, config, browser, version_key).rejection
     }
 
-    fn record(&self, ns: &str, config: &str, uid: &str, generation: i64, runs: &[DryRun]) {
+    fn verdict(&self, ns: &str, config: &str, browser: &str, version_key: &str) -> Verdict {
+        let by_config = self.by_config.lock().unwrap_or_else(|e| e.into_inner());
+        by_config
+            .get(&(ns.to_string(), config.to_string()))
+            .and_then(|entries| entries.get(&(browser.to_lowercase(), version_key.to_lowercase())))
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    fn record(&self, ns: &str, config: &str, uid: &str, judged: Judged, runs: &[DryRun]) {
         let entries = runs
             .iter()
-            .filter_map(|r| {
-                let msg = r.rejection.clone()?;
-                Some(((r.browser.to_lowercase(), r.version.to_lowercase()), msg))
+            .filter(|r| r.rejection.is_some() || !r.removed.is_empty())
+            .map(|r| {
+                let verdict = Verdict {
+                    rejection: r.rejection.clone(),
+                    removed: r.removed.clone(),
+                };
+                (
+                    (r.browser.to_lowercase(), r.version.to_lowercase()),
+                    verdict,
+                )
             })
             .collect();
-        self.rejected
+        self.by_config
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert((ns.to_string(), config.to_string()), entries);
         self.judged
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(uid.to_string(), generation);
+            .insert(uid.to_string(), judged);
     }
 
-    fn judged(&self, uid: &str, generation: i64) -> bool {
-        self.judged
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(uid)
-            == Some(&generation)
+    fn judged(&self, uid: &str, generation: i64, schema: Option<&Arc<PodSchema>>) -> bool {
+        let judged = self.judged.lock().unwrap_or_else(|e| e.into_inner());
+        match (judged.get(uid), schema) {
+            (Some((g, None)), None) => *g == generation,
+            (Some((g, Some(weak))), Some(schema)) => {
+                *g == generation && Weak::ptr_eq(weak, &Arc::downgrade(schema))
+            }
+            _ => false,
+        }
     }
 }
 
@@ -99,6 +128,7 @@ struct Context {
     client: Client,
     kinds: Kinds,
     verdicts: Arc<Verdicts>,
+    schemas: Arc<PodSchemas>,
     metrics: Arc<Metrics>,
     store: Store<DynamicObject>,
 }
@@ -129,9 +159,44 @@ fn synthetic_browser(
 }
 
 /// Whether an API error judges the pod itself (invalid, or a field the cluster's schema
-/// lacks, which server-side apply reports as HTTP 500) rather than the moment.
+/// lacks, which server-side apply reports as HTTP 500 before 1.25) rather than the moment.
 fn is_rejection(code: u16, message: &str) -> bool {
-    matches!(code, 400 | 422) || (code == 500 && message.contains("not declared in schema"))
+    matches!(code, 400 | 422) || is_unknown_field_rejection(message)
+}
+
+/// One entry's verdict: rendered for `browser`, pruned to `schema`, dry-run applied.
+async fn dry_run_entry(
+    ctx: &Context,
+    pods: &Api<DynamicObject>,
+    config: &DynamicObject,
+    browser: &DynamicObject,
+    schema: Option<&PodSchema>,
+    entry: String,
+) -> Result<Verdict, ConfigError> {
+    let (pod, removed) = match desired::pod_for(
+        browser,
+        std::slice::from_ref(config),
+        &ctx.kinds.browser,
+        schema,
+        |_, _, _| None,
+    ) {
+        PodCreation::Fail(f) => {
+            return Ok(Verdict {
+                rejection: Some(f.message),
+                removed: Vec::new(),
+            });
+        }
+        PodCreation::Render { pod, removed } => (pod, removed),
+    };
+    let name = browser.metadata.name.clone().unwrap_or_default();
+    let params = PatchParams::apply(keys::FIELD_MANAGER).force().dry_run();
+    ctx.metrics.write("apply-dry-run", "pods");
+    let rejection = match pods.patch(&name, &params, &Patch::Apply(&pod)).await {
+        Ok(_) => None,
+        Err(kube::Error::Api(s)) if is_rejection(s.code, &s.message) => Some(s.message),
+        Err(source) => return Err(ConfigError::DryRun { entry, source }),
+    };
+    Ok(Verdict { rejection, removed })
 }
 
 async fn dry_run_entries(
@@ -141,7 +206,7 @@ async fn dry_run_entries(
 ) -> Result<Vec<DryRun>, ConfigError> {
     let ns = config.metadata.namespace.as_deref().unwrap_or("default");
     let pods: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &ctx.kinds.pod);
-    let params = PatchParams::apply(keys::FIELD_MANAGER).force().dry_run();
+    let mut schema = ctx.schemas.current();
     let mut runs = Vec::new();
     for report in reports
         .iter()
@@ -155,32 +220,32 @@ async fn dry_run_entries(
         let Some(browser) = synthetic_browser(config, &ctx.kinds, &report.browser, version) else {
             continue;
         };
-        let rejection = match desired::pod_for(
+        let entry = format!("{} {}", report.browser, report.version);
+        let mut verdict = dry_run_entry(
+            ctx,
+            &pods,
+            config,
             &browser,
-            std::slice::from_ref(config),
-            &ctx.kinds.browser,
-            |_, _, _| None,
-        ) {
-            PodCreation::Fail(f) => Some(f.message),
-            PodCreation::Render(pod) => {
-                let name = browser.metadata.name.clone().unwrap_or_default();
-                ctx.metrics.write("apply-dry-run", "pods");
-                match pods.patch(&name, &params, &Patch::Apply(&pod)).await {
-                    Ok(_) => None,
-                    Err(kube::Error::Api(s)) if is_rejection(s.code, &s.message) => Some(s.message),
-                    Err(source) => {
-                        return Err(ConfigError::DryRun {
-                            entry: format!("{} {}", report.browser, report.version),
-                            source,
-                        });
-                    }
-                }
-            }
-        };
+            schema.as_deref(),
+            entry.clone(),
+        )
+        .await?;
+        // A field the cluster does not know, although the pod was pruned: the schema may be
+        // stale; judge again with a fresh one before calling the entry rejected.
+        if verdict
+            .rejection
+            .as_deref()
+            .is_some_and(is_unknown_field_rejection)
+            && ctx.schemas.renewed_since(schema.as_deref()).await
+        {
+            schema = ctx.schemas.current();
+            verdict = dry_run_entry(ctx, &pods, config, &browser, schema.as_deref(), entry).await?;
+        }
         runs.push(DryRun {
             browser: report.browser.clone(),
             version: report.version.clone(),
-            rejection,
+            rejection: verdict.rejection,
+            removed: verdict.removed,
         });
     }
     Ok(runs)
@@ -195,27 +260,35 @@ async fn reconcile(config: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Acti
     async move {
         let reports = validate::validate_config(&config);
         let current = config.data.get("status").cloned().unwrap_or(Value::Null);
-        let runs = if ctx.verdicts.judged(&uid, generation) {
+        // Judged against the schema in use at the start; a schema change re-judges anyway.
+        let schema = ctx.schemas.current();
+        let runs = if ctx.verdicts.judged(&uid, generation, schema.as_ref()) {
             None
         } else {
             Some(dry_run_entries(&ctx, &config, &reports).await?)
         };
         let runs = match runs {
             Some(runs) => {
-                ctx.verdicts.record(&ns, &name, &uid, generation, &runs);
+                let judged = (generation, schema.as_ref().map(Arc::downgrade));
+                ctx.verdicts.record(&ns, &name, &uid, judged, &runs);
                 runs
             }
             // Already judged: rebuild the verdicts from what was recorded.
             None => reports
                 .iter()
-                .map(|r| DryRun {
-                    browser: r.browser.clone(),
-                    version: r.version.clone(),
-                    rejection: ctx.verdicts.rejection(&ns, &name, &r.browser, &r.version),
+                .map(|r| {
+                    let verdict = ctx.verdicts.verdict(&ns, &name, &r.browser, &r.version);
+                    DryRun {
+                        browser: r.browser.clone(),
+                        version: r.version.clone(),
+                        rejection: verdict.rejection,
+                        removed: verdict.removed,
+                    }
                 })
                 .collect(),
         };
         let problems = report::problems(&reports, &runs);
+        let removed = report::removed_fields(&runs);
         let same_ns: Vec<Arc<DynamicObject>> = ctx
             .store
             .state()
@@ -231,8 +304,11 @@ async fn reconcile(config: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Acti
             &current,
             &spec,
             config.metadata.generation,
-            &problems,
-            &conflicts,
+            Findings {
+                problems: &problems,
+                removed: &removed,
+                conflicts: &conflicts,
+            },
             Timestamp::now(),
         );
         if desired != current {
@@ -270,6 +346,7 @@ pub async fn run_scope(
     kinds: Kinds,
     namespace: Option<String>,
     verdicts: Arc<Verdicts>,
+    schemas: Arc<PodSchemas>,
     metrics: Arc<Metrics>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
@@ -284,10 +361,16 @@ pub async fn run_scope(
     let _gauge_source = metrics.observe_configs(store.clone());
     let mapper_store = store.clone();
     let ar = kinds.browserconfig.clone();
+    // Every config is judged again when the cluster's Pod schema changes.
+    let schema_changes = futures::stream::unfold(schemas.subscribe(), |mut rx| async move {
+        rx.changed().await.ok()?;
+        Some(((), rx))
+    });
     let ctx = Arc::new(Context {
         client,
         kinds: kinds.clone(),
         verdicts,
+        schemas,
         metrics,
         store,
     });
@@ -312,6 +395,7 @@ pub async fn run_scope(
                     .collect::<Vec<_>>()
             },
         )
+        .reconcile_all_on(schema_changes)
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
         .for_each(|r| async move {
@@ -320,4 +404,41 @@ pub async fn run_scope(
             }
         })
         .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn schema() -> Arc<PodSchema> {
+        let doc = json!({"definitions": {"io.k8s.api.core.v1.Pod": {"type": "object"}}});
+        Arc::new(PodSchema::from_openapi_v2(&doc).unwrap())
+    }
+
+    #[test]
+    fn a_config_is_judged_again_for_a_new_generation_or_another_pod_schema() {
+        let verdicts = Verdicts::default();
+        let (a, b) = (schema(), schema());
+        let runs = [DryRun {
+            browser: "Chrome".into(),
+            version: "139.0".into(),
+            rejection: None,
+            removed: vec!["spec.hostUsers".into()],
+        }];
+        verdicts.record("ns", "c", "uid", (3, Some(Arc::downgrade(&a))), &runs);
+        assert!(verdicts.judged("uid", 3, Some(&a)));
+        assert!(!verdicts.judged("uid", 4, Some(&a)));
+        assert!(!verdicts.judged("uid", 3, Some(&b)));
+        assert!(!verdicts.judged("uid", 3, None));
+        // Removed fields are kept for the next status, keyed case-insensitively.
+        assert_eq!(
+            verdicts.verdict("ns", "c", "chrome", "139.0").removed,
+            ["spec.hostUsers"]
+        );
+        assert_eq!(verdicts.rejection("ns", "c", "chrome", "139.0"), None);
+
+        verdicts.record("ns", "c", "uid", (3, None), &runs);
+        assert!(verdicts.judged("uid", 3, None));
+        assert!(!verdicts.judged("uid", 3, Some(&a)));
+    }
 }

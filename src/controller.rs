@@ -24,10 +24,13 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::api::discovery::Kinds;
 use crate::api::keys;
+use crate::api::openapi::PodSchemas;
 use crate::config_controller::Verdicts;
 use crate::lifecycle::decide::{self, Event, Observed, Settings};
 use crate::lifecycle::desired;
-use crate::lifecycle::execute::{ExecuteError, Target, to_runtime_event};
+use crate::lifecycle::execute::{
+    CreateOutcome, ExecuteError, Target, classify_create_error, to_runtime_event,
+};
 use crate::metrics::{self, Metrics, Stage};
 
 /// Why a reconcile failed; it is retried with per-object exponential backoff.
@@ -45,6 +48,12 @@ pub enum ReconcileError {
     StoreClosed(&'static str),
     #[error("cannot read the pod as JSON: {0}")]
     Serialize(#[source] serde_json::Error),
+    /// The pod was rejected for a field the cluster does not know, and the cluster's Pod
+    /// schema has changed since the pod was pruned: the next attempt prunes anew.
+    #[error(
+        "the cluster rejected the pod for fields its schema lacks; retrying with its new schema: {0}"
+    )]
+    StaleSchema(String),
 }
 
 impl ReconcileError {
@@ -54,6 +63,7 @@ impl ReconcileError {
             ReconcileError::ReadPod { .. } => "read",
             ReconcileError::StoreClosed(_) => "store",
             ReconcileError::Serialize(_) => "serialize",
+            ReconcileError::StaleSchema(_) => "schema",
         }
     }
 }
@@ -66,6 +76,8 @@ pub struct Shared {
     pub max_workers: u16,
     pub metrics: Arc<Metrics>,
     pub verdicts: Arc<Verdicts>,
+    /// The cluster's Pod schema, which rendered pods are pruned to.
+    pub schemas: Arc<PodSchemas>,
     events: mpsc::Sender<(Event, k8s_openapi::api::core::v1::ObjectReference)>,
     synced: Mutex<Vec<watch::Receiver<bool>>>,
 }
@@ -81,6 +93,7 @@ impl Shared {
         settings: Settings,
         max_workers: u16,
         metrics: Arc<Metrics>,
+        schemas: Arc<PodSchemas>,
         instance: String,
     ) -> Arc<Self> {
         let (events, mut rx) =
@@ -111,6 +124,7 @@ impl Shared {
             max_workers,
             metrics,
             verdicts: Arc::new(Verdicts::default()),
+            schemas,
             events,
             synced: Mutex::new(Vec::new()),
         })
@@ -593,6 +607,7 @@ async fn reconcile_inner(
         pod: pod_json.as_ref(),
         now: Timestamp::now(),
     };
+    let schema = shared.schemas.current();
     let plan = decide::decide(&observed, &shared.settings, || {
         let configs: Vec<Arc<DynamicObject>> = scope
             .configs
@@ -604,6 +619,7 @@ async fn reconcile_inner(
             &browser,
             &configs,
             &shared.kinds.browser,
+            schema.as_deref(),
             |config, name, version| shared.verdicts.rejection(ns, config, name, version),
         )
     });
@@ -618,7 +634,22 @@ async fn reconcile_inner(
         browser: &browser,
         metrics: &shared.metrics,
     };
-    let executed = target.execute(&plan).await?;
+    let mut executed = target.execute(&plan).await?;
+    if let Some(status) = executed.create_unknown_fields.take() {
+        if shared.schemas.renewed_since(schema.as_deref()).await {
+            return Err(ReconcileError::StaleSchema(status.message));
+        }
+        match classify_create_error(status.code, &status.message) {
+            CreateOutcome::Fail(failure) => executed.create_rejected = Some(failure),
+            CreateOutcome::Retry => {
+                return Err(ExecuteError::Api {
+                    action: "create pod",
+                    source: kube::Error::Api(status),
+                }
+                .into());
+            }
+        }
+    }
     let mut events = plan.events.clone();
     let mut requeue = plan.requeue_after;
     if let Some(failure) = executed.create_rejected {

@@ -15,6 +15,7 @@ use tracing::{error, info, warn};
 use tracing_subscriber::EnvFilter;
 
 use crate::api::discovery::{self, DiscoveryError};
+use crate::api::openapi::PodSchemas;
 use crate::cli::{LogFormat, RunArgs};
 use crate::config_controller;
 use crate::controller::{self, Shared};
@@ -85,6 +86,9 @@ impl From<&RunArgs> for Settings {
         }
     }
 }
+
+/// On-demand refetches of the cluster's Pod schema happen at most this often.
+const SCHEMA_REFETCH_INTERVAL: Duration = Duration::from_secs(60);
 
 type Stop = SharedFuture<BoxFuture<'static, ()>>;
 
@@ -170,6 +174,7 @@ async fn reconcile_until_stopped(
             shared.kinds.clone(),
             ns,
             shared.verdicts.clone(),
+            shared.schemas.clone(),
             shared.metrics.clone(),
             stop.clone(),
         )
@@ -235,12 +240,16 @@ pub async fn run_with_client(
     let instance = std::env::var("POD_NAME")
         .or_else(|_| std::env::var("HOSTNAME"))
         .unwrap_or_else(|_| "browser-controller".into());
+    // Before any pod is rendered; without a schema pods go out unpruned.
+    let schemas = Arc::new(PodSchemas::new(client.clone(), SCHEMA_REFETCH_INTERVAL));
+    schemas.load().await;
     let shared = Shared::new(
         client.clone(),
         kinds,
         Settings::from(&args),
         args.max_workers,
         metrics.clone(),
+        schemas,
         instance,
     );
     let (role_tx, role) = watch::channel(match election {

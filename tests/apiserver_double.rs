@@ -1504,3 +1504,129 @@ async fn event_recorder_publishes_and_folds_repeats() {
     assert_eq!(list.items[0].reason.as_deref(), Some("PodCreated"));
     assert_eq!(list.items[0].series.as_ref().map(|s| s.count), Some(2));
 }
+
+async fn get_doc(client: &Client, path: &str) -> Result<Value, kube::Error> {
+    let request = http::Request::get(path)
+        .header("Accept", "application/json")
+        .body(Vec::new())
+        .unwrap();
+    client.request::<Value>(request).await
+}
+
+#[tokio::test]
+async fn openapi_v3_and_v2_serve_the_pod_schema_in_the_real_shapes() {
+    let (server, client, _) = setup().await;
+    assert!(get_doc(&client, "/openapi/v3").await.is_err());
+    server.serve_openapi(true, true);
+    let discovery = get_doc(&client, "/openapi/v3").await.unwrap();
+    let url = discovery["paths"]["api/v1"]["serverRelativeURL"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(url.starts_with("/openapi/v3/api/v1?hash="), "{url}");
+    let v3 = get_doc(&client, &url).await.unwrap();
+    let schemas = &v3["components"]["schemas"];
+    let pod = &schemas["io.k8s.api.core.v1.Pod"];
+    // A reference with a description is wrapped in allOf, as kube-openapi does.
+    assert_eq!(
+        pod["properties"]["spec"]["allOf"],
+        json!([{"$ref": "#/components/schemas/io.k8s.api.core.v1.PodSpec"}])
+    );
+    assert!(pod["properties"]["spec"]["description"].is_string());
+    let container = &schemas["io.k8s.api.core.v1.Container"]["properties"];
+    assert_eq!(container["restartPolicy"]["type"], "string");
+    assert!(schemas["io.k8s.api.core.v1.ResourceRequirements"]["properties"]["claims"].is_object());
+    assert_eq!(
+        schemas["io.k8s.apimachinery.pkg.api.resource.Quantity"]["x-kubernetes-int-or-string"],
+        true
+    );
+
+    let v2 = get_doc(&client, "/openapi/v2").await.unwrap();
+    assert_eq!(
+        v2["definitions"]["io.k8s.api.core.v1.Pod"]["properties"]["spec"]["$ref"],
+        "#/definitions/io.k8s.api.core.v1.PodSpec"
+    );
+
+    // An older cluster: the field is gone from both documents, and the v3 URL changes.
+    server.remove_schema_field("io.k8s.api.core.v1.Container", "restartPolicy");
+    let discovery = get_doc(&client, "/openapi/v3").await.unwrap();
+    let newer = discovery["paths"]["api/v1"]["serverRelativeURL"]
+        .as_str()
+        .unwrap();
+    assert_ne!(newer, url);
+    let v3 = get_doc(&client, newer).await.unwrap();
+    assert!(
+        v3["components"]["schemas"]["io.k8s.api.core.v1.Container"]["properties"]
+            .get("restartPolicy")
+            .is_none()
+    );
+    let v2 = get_doc(&client, "/openapi/v2").await.unwrap();
+    assert!(
+        v2["definitions"]["io.k8s.api.core.v1.Container"]["properties"]
+            .get("restartPolicy")
+            .is_none()
+    );
+
+    // Only v2, as on a cluster without OpenAPI v3.
+    server.serve_openapi(false, true);
+    let missing = get_doc(&client, "/openapi/v3").await.unwrap_err();
+    assert!(matches!(missing, kube::Error::Api(s) if s.code == 404));
+    assert!(get_doc(&client, "/openapi/v2").await.is_ok());
+}
+
+#[tokio::test]
+async fn apply_of_a_pod_with_fields_the_schema_lacks_fails_only_when_checked() {
+    let (server, client, _) = setup().await;
+    let pods = pods(&client);
+    let mut with_unknown = pod("p1");
+    with_unknown["spec"]["initContainers"] =
+        json!([{"name": "sidecar", "image": "busybox", "restartPolicy": "Always"}]);
+    with_unknown["spec"]["containers"][0]["resources"] =
+        json!({"limits": {"cpu": "1"}, "claims": [{"name": "gpu"}]});
+    server.remove_schema_field("io.k8s.api.core.v1.Container", "restartPolicy");
+    server.remove_schema_field("io.k8s.api.core.v1.ResourceRequirements", "claims");
+
+    // Unchecked (the default): accepted.
+    let dry = apply("test").dry_run();
+    pods.patch("p1", &dry, &Patch::Apply(&with_unknown))
+        .await
+        .unwrap();
+
+    server.check_pod_fields(500);
+    for params in [apply("test").dry_run(), apply("test")] {
+        let status = api_error(
+            pods.patch("p1", &params, &Patch::Apply(&with_unknown))
+                .await,
+        );
+        assert_eq!(status.code, 500);
+        assert_eq!(status.reason, "InternalError");
+        assert_eq!(
+            status.message,
+            "failed to create typed patch object (/v1, Kind=Pod): errors:\n  .spec.containers[name=\"browser\"].resources.claims: field not declared in schema\n  .spec.initContainers[name=\"sidecar\"].restartPolicy: field not declared in schema"
+        );
+    }
+    assert!(server.get("pods", "default", "p1").is_none());
+
+    // Newer servers answer 400; one unknown field is reported on one line.
+    server.check_pod_fields(400);
+    with_unknown["spec"]["containers"][0]["resources"] = json!({"limits": {"cpu": "1"}});
+    let status = api_error(
+        pods.patch("p1", &apply("test"), &Patch::Apply(&with_unknown))
+            .await,
+    );
+    assert_eq!(status.code, 400);
+    assert_eq!(
+        status.message,
+        "failed to create typed patch object (/v1, Kind=Pod): .spec.initContainers[name=\"sidecar\"].restartPolicy: field not declared in schema"
+    );
+
+    // Without the unknown fields the same pod is created.
+    with_unknown["spec"]["initContainers"][0]
+        .as_object_mut()
+        .unwrap()
+        .remove("restartPolicy");
+    pods.patch("p1", &apply("test"), &Patch::Apply(&with_unknown))
+        .await
+        .unwrap();
+    assert!(server.get("pods", "default", "p1").is_some());
+}

@@ -66,7 +66,11 @@ async fn start(flags: &[&str]) -> Env {
 }
 
 async fn start_with(layout: Layout, script: Script, flags: &[&str]) -> Env {
-    let server = ApiServer::new();
+    start_on(ApiServer::new(), layout, script, flags).await
+}
+
+/// Like [`start_with`], on a server the test prepared (an older cluster, say).
+async fn start_on(server: ApiServer, layout: Layout, script: Script, flags: &[&str]) -> Env {
     for crd in crd::crds(layout) {
         server.install_crd(&crd).expect("CRD installs");
     }
@@ -877,4 +881,283 @@ async fn a_younger_config_defining_the_same_entry_reports_a_conflict_naming_the_
         conditions.iter().all(|c| c["type"] != "Conflict"),
         "{winner}"
     );
+}
+
+// The cluster's Pod schema (issue 7): fields an older cluster does not know are removed
+// before the pod is applied, and reported.
+
+const CONTAINER: &str = "io.k8s.api.core.v1.Container";
+const RESOURCES: &str = "io.k8s.api.core.v1.ResourceRequirements";
+const NATIVE_SIDECAR: &str = "spec.initContainers[seleniferous].restartPolicy";
+const CLAIMS: &str = "spec.containers[browser].resources.claims";
+
+/// A config with a native sidecar (`restartPolicy: Always` on an init container, 1.28+)
+/// and a browser container using `resources.claims` (1.26+).
+fn sidecar_spec() -> Value {
+    json!({
+        "template": {
+            "initContainers": [{"name": "seleniferous", "image": "alcounit/seleniferous:v2",
+                "restartPolicy": "Always", "ports": [{"containerPort": 4445}]}],
+            "ports": [{"containerPort": 4444}],
+        },
+        "browsers": {"chrome": {"139.0": {"image": "selenium/standalone-chrome:139.0",
+            "resources": {"limits": {"cpu": "1"}, "claims": [{"name": "gpu"}]}}}}
+    })
+}
+
+/// A server that serves its Pod schema (the newest) and rejects applies carrying fields
+/// the schema lacks.
+fn current_cluster() -> ApiServer {
+    let server = ApiServer::new();
+    server.serve_openapi(true, true);
+    server.check_pod_fields(500);
+    server
+}
+
+/// A server whose Pod schema predates native sidecars and resource claims, and which, like
+/// Kubernetes 1.24, rejects server-side applies carrying them with HTTP 500.
+fn older_cluster() -> ApiServer {
+    let server = current_cluster();
+    server.remove_schema_field(CONTAINER, "restartPolicy");
+    server.remove_schema_field(RESOURCES, "claims");
+    server
+}
+
+impl Env {
+    /// Notes of the Warning events about `name` with `reason`.
+    fn warnings(&self, name: &str, reason: &str) -> Vec<String> {
+        self.server
+            .list("events.events.k8s.io", NS)
+            .iter()
+            .filter(|e| e["regarding"]["name"] == name && e["reason"] == reason)
+            .filter(|e| e["type"] == "Warning")
+            .filter_map(|e| e["note"].as_str().map(String::from))
+            .collect()
+    }
+
+    /// The BrowserConfig's conditions once it reports `Valid` for its current generation.
+    async fn judged_conditions(&self, name: &str) -> Vec<Value> {
+        self.until(&format!("{name} judged"), |e| {
+            e.server.get("browserconfigs", NS, name).is_some_and(|c| {
+                c["status"]["observedGeneration"] == c["metadata"]["generation"]
+                    && c["status"]["conditions"]
+                        .as_array()
+                        .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Valid"))
+            })
+        })
+        .await;
+        self.server.get("browserconfigs", NS, name).unwrap()["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .clone()
+    }
+
+    /// GETs of an OpenAPI document, with their status codes.
+    fn openapi_requests(&self) -> Vec<(String, u16)> {
+        self.server
+            .requests()
+            .iter()
+            .filter(|r| r.path.starts_with("/openapi/"))
+            .map(|r| (r.path.clone(), r.status))
+            .collect()
+    }
+
+    /// Runs `s1` on the sidecar config and returns its pod.
+    async fn run_sidecar_browser(&self) -> Value {
+        self.create_config("sidecars", sidecar_spec()).await;
+        self.run_s1().await
+    }
+
+    async fn run_s1(&self) -> Value {
+        self.create_browser("s1", json!({})).await;
+        self.until("s1 running", |e| is_running(&e.browser("s1")))
+            .await;
+        self.pod("s1").unwrap()
+    }
+}
+
+fn condition<'a>(conditions: &'a [Value], kind: &str) -> Option<&'a Value> {
+    conditions.iter().find(|c| c["type"] == kind)
+}
+
+/// The pod lacks both newer fields and keeps everything else of the entry.
+fn assert_pruned(pod: &Value) {
+    let sidecar = &pod["spec"]["initContainers"][0];
+    assert_eq!(sidecar["name"], "seleniferous", "{pod:#}");
+    assert!(sidecar.get("restartPolicy").is_none(), "{pod:#}");
+    assert_eq!(sidecar["ports"][0]["containerPort"], 4445, "{pod:#}");
+    let resources = &pod["spec"]["containers"][0]["resources"];
+    assert!(resources.get("claims").is_none(), "{pod:#}");
+    assert_eq!(resources["limits"]["cpu"], "1", "{pod:#}");
+}
+
+/// The Warning event on the Browser and the BrowserConfig condition name both fields.
+async fn assert_reported(env: &Env) {
+    env.until("the PodFieldsRemoved event", |e| {
+        !e.warnings("s1", "PodFieldsRemoved").is_empty()
+    })
+    .await;
+    let notes = env.warnings("s1", "PodFieldsRemoved");
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(
+        notes[0].contains("Pod schema does not declare")
+            && notes[0].contains(NATIVE_SIDECAR)
+            && notes[0].contains(CLAIMS),
+        "{notes:?}"
+    );
+    env.until("the PodFieldsRemoved condition", |e| {
+        e.server
+            .get("browserconfigs", NS, "sidecars")
+            .and_then(|c| c["status"]["conditions"].as_array().cloned())
+            .is_some_and(|cs| condition(&cs, "PodFieldsRemoved").is_some())
+    })
+    .await;
+    let conditions = env.judged_conditions("sidecars").await;
+    let removed = condition(&conditions, "PodFieldsRemoved").unwrap();
+    assert_eq!(removed["status"], "True");
+    assert_eq!(removed["reason"], "UnknownPodFields");
+    let message = removed["message"].as_str().unwrap();
+    assert!(
+        message.contains(&format!("chrome 139.0: {NATIVE_SIDECAR}, {CLAIMS}")),
+        "{message}"
+    );
+    // The entry is usable: removing the fields is not a rejection.
+    assert_eq!(condition(&conditions, "Valid").unwrap()["status"], "True");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_an_older_cluster_fields_it_lacks_are_removed_and_reported() {
+    let env = start_on(older_cluster(), Layout::Default, Script::Run, &[]).await;
+    let pod = env.run_sidecar_browser().await;
+    assert_pruned(&pod);
+    assert_reported(&env).await;
+    // Read once, at start-up, from OpenAPI v3; nothing was rejected, so no refetch.
+    let fetched = env.openapi_requests();
+    assert_eq!(
+        fetched.iter().filter(|(p, _)| p == "/openapi/v3").count(),
+        1,
+        "{fetched:?}"
+    );
+    assert!(fetched.iter().all(|(_, code)| *code == 200), "{fetched:?}");
+    assert_eq!(env.pod_applies(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_current_cluster_nothing_is_removed_or_reported() {
+    let env = start_on(current_cluster(), Layout::Default, Script::Run, &[]).await;
+    let pod = env.run_sidecar_browser().await;
+    assert_eq!(pod["spec"]["initContainers"][0]["restartPolicy"], "Always");
+    assert_eq!(
+        pod["spec"]["containers"][0]["resources"]["claims"],
+        json!([{"name": "gpu"}])
+    );
+    let conditions = env.judged_conditions("sidecars").await;
+    assert!(
+        condition(&conditions, "PodFieldsRemoved").is_none(),
+        "{conditions:?}"
+    );
+    assert!(env.event_reasons("s1").contains(&"PodCreated".to_string()));
+    assert!(env.warnings("s1", "PodFieldsRemoved").is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_openapi_v3_the_v2_document_is_used() {
+    let server = older_cluster();
+    server.serve_openapi(false, true);
+    let env = start_on(server, Layout::Default, Script::Run, &[]).await;
+    let pod = env.run_sidecar_browser().await;
+    assert_pruned(&pod);
+    assert_reported(&env).await;
+    let fetched = env.openapi_requests();
+    assert!(
+        fetched.contains(&("/openapi/v3".to_string(), 404))
+            && fetched.contains(&("/openapi/v2".to_string(), 200)),
+        "{fetched:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_any_schema_the_operator_runs_and_applies_pods_unpruned() {
+    let server = ApiServer::new();
+    server.remove_schema_field(CONTAINER, "restartPolicy");
+    server.serve_openapi(false, false);
+    let env = start_on(server, Layout::Default, Script::Run, &[]).await;
+    let pod = env.run_sidecar_browser().await;
+    assert_eq!(pod["spec"]["initContainers"][0]["restartPolicy"], "Always");
+    let conditions = env.judged_conditions("sidecars").await;
+    assert!(condition(&conditions, "PodFieldsRemoved").is_none());
+    assert!(env.warnings("s1", "PodFieldsRemoved").is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rejection_after_the_schema_changed_refetches_it_and_the_browser_still_runs() {
+    let server = current_cluster();
+    server.check_pod_fields(422);
+    let env = start_on(server, Layout::Default, Script::Run, &[]).await;
+    env.until("the start-up schema read", |e| {
+        e.openapi_requests()
+            .iter()
+            .any(|(p, code)| p.starts_with("/openapi/v3/api/v1") && *code == 200)
+    })
+    .await;
+    env.create_config("sidecars", sidecar_spec()).await;
+    let conditions = env.judged_conditions("sidecars").await;
+    assert!(condition(&conditions, "PodFieldsRemoved").is_none());
+    // The cluster now lacks the fields (a downgrade, another API server behind the load
+    // balancer): the schema the operator holds is stale, and newer servers answer 422.
+    env.server.remove_schema_field(CONTAINER, "restartPolicy");
+    env.server.remove_schema_field(RESOURCES, "claims");
+    let pod = env.run_s1().await;
+    assert_pruned(&pod);
+    assert_reported(&env).await;
+    let v3_reads = env
+        .openapi_requests()
+        .iter()
+        .filter(|(p, _)| p == "/openapi/v3")
+        .count();
+    assert!(v3_reads >= 2, "{:?}", env.openapi_requests());
+    // The rejected apply did not fail the Browser; its pod was created once, pruned.
+    let rejected = env
+        .server
+        .requests()
+        .iter()
+        .filter(|r| r.resource == "pods" && !r.dry_run && r.status == 422)
+        .count();
+    assert_eq!(rejected, 1);
+    assert_eq!(env.pod_applies(), 2);
+    let reasons = env.event_reasons("s1");
+    assert_eq!(reasons.iter().filter(|r| *r == "PodCreated").count(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dry_run_rejected_for_a_stale_schema_is_judged_again_with_the_new_one() {
+    let env = start_on(current_cluster(), Layout::Default, Script::Run, &[]).await;
+    env.until("the start-up schema read", |e| {
+        e.openapi_requests()
+            .iter()
+            .any(|(p, code)| p.starts_with("/openapi/v3/api/v1") && *code == 200)
+    })
+    .await;
+    env.server.remove_schema_field(CONTAINER, "restartPolicy");
+    env.server.remove_schema_field(RESOURCES, "claims");
+    // The config's first dry run carries the fields and is rejected; the entry is not
+    // called invalid for it, but judged again with the refetched schema.
+    env.create_config("sidecars", sidecar_spec()).await;
+    env.until("the PodFieldsRemoved condition", |e| {
+        e.server
+            .get("browserconfigs", NS, "sidecars")
+            .and_then(|c| c["status"]["conditions"].as_array().cloned())
+            .is_some_and(|cs| condition(&cs, "PodFieldsRemoved").is_some())
+    })
+    .await;
+    let rejected_dry_runs = env
+        .server
+        .requests()
+        .iter()
+        .filter(|r| r.resource == "pods" && r.dry_run && r.status == 500)
+        .count();
+    assert_eq!(rejected_dry_runs, 1);
+    let pod = env.run_s1().await;
+    assert_pruned(&pod);
+    assert_reported(&env).await;
 }

@@ -2,6 +2,8 @@
 //! BrowserConfig (SPEC §2, §3), and compatibility with the BrowserConfigs of the current
 //! Selenosis stack.
 
+mod support;
+
 use std::path::{Path, PathBuf};
 
 use kube::api::DynamicObject;
@@ -14,6 +16,7 @@ use browser_controller::config::{lookup, validate};
 use browser_controller::lifecycle::decide::PodCreation;
 use browser_controller::lifecycle::desired;
 use browser_controller::manifest;
+use browser_controller::pod::schema::PodSchema;
 
 const REGENERATE: &str = "UPDATE_GOLDEN=1 cargo test --test render_golden";
 
@@ -347,9 +350,10 @@ fn upstream_browserconfigs_render_every_entry() {
                     &browser,
                     std::slice::from_ref(&config),
                     &resource,
+                    None,
                     |_, _, _| None,
                 ) {
-                    PodCreation::Render(pod) => pod,
+                    PodCreation::Render { pod, .. } => pod,
                     PodCreation::Fail(failure) => {
                         panic!("{file}: {browser_name} {version}: {failure:?}")
                     }
@@ -372,5 +376,52 @@ fn upstream_browserconfigs_render_every_entry() {
     assert!(
         entries_checked >= 10,
         "only {entries_checked} upstream entries checked"
+    );
+}
+
+async fn openapi(client: &kube::Client, path: &str) -> Value {
+    let request = http::Request::get(path).body(Vec::new()).unwrap();
+    client.request::<Value>(request).await.unwrap()
+}
+
+/// Against the Pod schema of the newest supported Kubernetes (k8s-openapi's, as the API
+/// server double serves it), pruning removes nothing from any golden pod, nor from one
+/// using native sidecars and resource claims: fields the cluster knows are never removed.
+#[tokio::test]
+async fn golden_pods_lose_nothing_to_the_current_pod_schema() {
+    let server = support::apiserver::ApiServer::new();
+    server.serve_openapi(true, true);
+    let client = server.client();
+    let v3 = openapi(&client, "/openapi/v3/api/v1").await;
+    let v2 = openapi(&client, "/openapi/v2").await;
+    let schemas = [
+        PodSchema::from_openapi_v3(&v3).unwrap(),
+        PodSchema::from_openapi_v2(&v2).unwrap(),
+    ];
+    let mut pods = Vec::new();
+    for (browser, _) in CASES {
+        let text = std::fs::read_to_string(golden_file(browser)).unwrap();
+        pods.extend(manifest::parse(&text, &golden_file(browser)).unwrap());
+    }
+    let mut newest = pods[0].clone();
+    newest["spec"]["initContainers"] =
+        json!([{"name": "proxy", "image": "p", "restartPolicy": "Always"}]);
+    newest["spec"]["containers"][0]["resources"]["claims"] = json!([{"name": "gpu"}]);
+    newest["spec"]["resourceClaims"] = json!([{"name": "gpu", "resourceClaimName": "gpu"}]);
+    pods.push(newest);
+    for schema in &schemas {
+        for pod in &pods {
+            let mut pruned = pod.clone();
+            assert_eq!(schema.prune(&mut pruned), Vec::<String>::new(), "{pod:#}");
+            assert_eq!(&pruned, pod);
+        }
+    }
+    // The same schema, as an older cluster serves it, removes exactly the newer fields.
+    server.remove_schema_field("io.k8s.api.core.v1.Container", "restartPolicy");
+    let older = PodSchema::from_openapi_v2(&openapi(&client, "/openapi/v2").await).unwrap();
+    let mut pod = pods.last().unwrap().clone();
+    assert_eq!(
+        older.prune(&mut pod),
+        ["spec.initContainers[proxy].restartPolicy"]
     );
 }

@@ -4,3 +4,4 @@
 pub mod crd;
 pub mod discovery;
 pub mod keys;
+pub mod openapi;

@@ -1,6 +1,7 @@
 //! BrowserConfig status (SPEC §3.4): `version`, `lastUpdated`, `observedGeneration` and
-//! the `Valid` / `Ready` / `Conflict` conditions, derived from the local validation, the
-//! cluster's dry-run verdicts and the conflicts with other configs. Pure: times and
+//! the `Valid` / `Ready` / `PodFieldsRemoved` / `Conflict` conditions, derived from the
+//! local validation, the cluster's dry-run verdicts, the fields removed from the pods
+//! because the cluster's Pod schema lacks them, and the conflicts with other configs. Pure: times and
 //! verdicts come in, a status comes out, identical inputs give an identical status.
 
 use jiff::Timestamp;
@@ -16,6 +17,8 @@ pub struct DryRun {
     pub version: String,
     /// `None` when the API server accepted the pod.
     pub rejection: Option<String>,
+    /// Paths removed from the pod because the cluster's Pod schema does not declare them.
+    pub removed: Vec<String>,
 }
 
 /// Identifier of the effective configuration: a stable hash (FNV-1a 64) of the spec, so
@@ -59,6 +62,22 @@ pub fn problems(reports: &[EntryReport], dry_runs: &[DryRun]) -> Vec<String> {
     out
 }
 
+/// Per-entry fields removed from the pods, in entry order, e.g.
+/// `chrome 139.0: spec.initContainers[seleniferous].restartPolicy`.
+pub fn removed_fields(dry_runs: &[DryRun]) -> Vec<String> {
+    dry_runs
+        .iter()
+        .filter(|d| !d.removed.is_empty())
+        .map(|d| {
+            format!(
+                "{}: {}",
+                entry_name(&d.browser, &d.version),
+                d.removed.join(", ")
+            )
+        })
+        .collect()
+}
+
 fn condition(
     current: &Value,
     kind: &str,
@@ -87,15 +106,29 @@ fn condition(
     })
 }
 
+/// What the status reports about the configuration's entries.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Findings<'a> {
+    /// Per-entry problems ([`problems`]).
+    pub problems: &'a [String],
+    /// Per-entry fields removed from the pods ([`removed_fields`]).
+    pub removed: &'a [String],
+    pub conflicts: &'a [Conflict],
+}
+
 /// The full desired status of a BrowserConfig whose spec hashes to `version`.
 pub fn status(
     current: &Value,
     spec: &Value,
     generation: Option<i64>,
-    problems: &[String],
-    conflicts: &[Conflict],
+    findings: Findings,
     now: Timestamp,
 ) -> Value {
+    let Findings {
+        problems,
+        removed,
+        conflicts,
+    } = findings;
     let version = version_of(spec);
     let last_updated = match current.get("version").and_then(Value::as_str) {
         Some(v) if v == version => current
@@ -142,6 +175,19 @@ pub fn status(
             now,
         ),
     ];
+    if !removed.is_empty() {
+        conditions.push(condition(
+            current,
+            "PodFieldsRemoved",
+            true,
+            "UnknownPodFields",
+            &format!(
+                "the cluster's Pod schema does not declare these fields, so they are removed from the pods: {}",
+                removed.join("; ")
+            ),
+            now,
+        ));
+    }
     if !conflicts.is_empty() {
         conditions.push(condition(
             current,
@@ -182,12 +228,15 @@ mod tests {
     #[test]
     fn valid_config_is_ready_and_stable_across_reconciles() {
         let spec = json!({"browsers": {}});
-        let first = status(&Value::Null, &spec, Some(3), &[], &[], now());
+        let first = status(&Value::Null, &spec, Some(3), Findings::default(), now());
         assert_eq!(first["observedGeneration"], 3);
         assert_eq!(first["conditions"][0]["status"], "True");
         assert_eq!(first["conditions"][1]["type"], "Ready");
         let later: Timestamp = "2026-11-22T11:00:00Z".parse().unwrap();
-        assert_eq!(status(&first, &spec, Some(3), &[], &[], later), first);
+        assert_eq!(
+            status(&first, &spec, Some(3), Findings::default(), later),
+            first
+        );
     }
 
     #[test]
@@ -203,11 +252,16 @@ mod tests {
             rejection: Some(
                 "Pod \"x\" is invalid: spec.containers[0].image: Required value".into(),
             ),
+            removed: Vec::new(),
         }];
         let p = problems(&reports, &dry);
         assert_eq!(p[0], "chrome 1: image is required");
         assert!(p[1].starts_with("firefox 2: Pod \"x\" is invalid"));
-        let s = status(&Value::Null, &json!({}), None, &p, &[], now());
+        let findings = Findings {
+            problems: &p,
+            ..Findings::default()
+        };
+        let s = status(&Value::Null, &json!({}), None, findings, now());
         assert_eq!(s["conditions"][0]["status"], "False");
         assert_eq!(s["conditions"][0]["reason"], "InvalidEntries");
         assert!(
@@ -226,7 +280,12 @@ mod tests {
             browser: "chrome".into(),
             version: "1".into(),
         };
-        let s = status(&Value::Null, &json!({}), None, &[], &[c], now());
+        let conflicts = [c];
+        let findings = Findings {
+            conflicts: &conflicts,
+            ..Findings::default()
+        };
+        let s = status(&Value::Null, &json!({}), None, findings, now());
         assert_eq!(s["conditions"][2]["type"], "Conflict");
         assert!(
             s["conditions"][2]["message"]
@@ -239,10 +298,60 @@ mod tests {
     #[test]
     fn last_updated_moves_only_with_the_version() {
         let spec = json!({"browsers": {"c": {}}});
-        let first = status(&Value::Null, &spec, Some(1), &[], &[], now());
+        let first = status(&Value::Null, &spec, Some(1), Findings::default(), now());
         let later: Timestamp = "2026-11-22T11:00:00Z".parse().unwrap();
-        let changed = status(&first, &json!({"browsers": {}}), Some(2), &[], &[], later);
+        let changed = status(
+            &first,
+            &json!({"browsers": {}}),
+            Some(2),
+            Findings::default(),
+            later,
+        );
         assert_eq!(changed["lastUpdated"], later.to_string());
         assert_eq!(first["lastUpdated"], now().to_string());
+    }
+
+    #[test]
+    fn removed_fields_are_a_condition_naming_entry_and_fields_only_while_there_are_any() {
+        let runs = [
+            DryRun {
+                browser: "chrome".into(),
+                version: "139.0".into(),
+                rejection: None,
+                removed: vec![
+                    "spec.initContainers[seleniferous].restartPolicy".into(),
+                    "spec.containers[browser].resources.claims".into(),
+                ],
+            },
+            DryRun {
+                browser: "firefox".into(),
+                version: "1".into(),
+                rejection: None,
+                removed: Vec::new(),
+            },
+        ];
+        let removed = removed_fields(&runs);
+        assert_eq!(
+            removed,
+            [
+                "chrome 139.0: spec.initContainers[seleniferous].restartPolicy, spec.containers[browser].resources.claims"
+            ]
+        );
+        let spec = json!({});
+        let findings = Findings {
+            removed: &removed,
+            ..Findings::default()
+        };
+        let s = status(&Value::Null, &spec, None, findings, now());
+        let c = &s["conditions"][2];
+        assert_eq!(c["type"], "PodFieldsRemoved");
+        assert_eq!(c["status"], "True");
+        assert_eq!(c["reason"], "UnknownPodFields");
+        assert!(c["message"].as_str().unwrap().ends_with(&removed[0]));
+        // Pruned fields do not make the configuration invalid.
+        assert_eq!(s["conditions"][0]["status"], "True");
+        let later: Timestamp = "2026-11-22T11:00:00Z".parse().unwrap();
+        let cleared = status(&s, &spec, None, Findings::default(), later);
+        assert_eq!(cleared["conditions"].as_array().unwrap().len(), 2);
     }
 }

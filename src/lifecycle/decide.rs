@@ -45,7 +45,12 @@ const FOREIGN_POD_POLL: Duration = Duration::from_secs(1);
 /// options, invalid config).
 #[derive(Debug, Clone, PartialEq)]
 pub enum PodCreation {
-    Render(Value),
+    /// The pod to apply, and the paths of the fields removed from it because the cluster's
+    /// Pod schema does not declare them.
+    Render {
+        pod: Value,
+        removed: Vec<String>,
+    },
     Fail(Failure),
 }
 
@@ -319,7 +324,7 @@ pub fn decide(obs: &Observed, settings: &Settings, creation: impl FnOnce() -> Po
             fail(&mut plan, obs, settings, failure, None);
         }
         None => match creation() {
-            PodCreation::Render(pod) => {
+            PodCreation::Render { pod, removed } => {
                 let image = pod
                     .pointer("/spec/containers/0/image")
                     .and_then(Value::as_str)
@@ -333,6 +338,17 @@ pub fn decide(obs: &Observed, settings: &Settings, creation: impl FnOnce() -> Po
                     note: format!("created pod with image {image}"),
                     action: "CreatePod",
                 });
+                if !removed.is_empty() {
+                    plan.events.push(Event {
+                        warning: true,
+                        reason: "PodFieldsRemoved".into(),
+                        note: format!(
+                            "removed from the pod because the cluster's Pod schema does not declare them: {}",
+                            removed.join(", ")
+                        ),
+                        action: "CreatePod",
+                    });
+                }
                 plan.requeue_at(obs.now, after(obs.now, settings.creation_timeout));
             }
             PodCreation::Fail(failure) => fail(&mut plan, obs, settings, failure, None),
@@ -632,9 +648,10 @@ mod tests {
     }
 
     fn rendered() -> PodCreation {
-        PodCreation::Render(
-            json!({"spec": {"containers": [{"name": "browser", "image": "chrome:139"}]}}),
-        )
+        PodCreation::Render {
+            pod: json!({"spec": {"containers": [{"name": "browser", "image": "chrome:139"}]}}),
+            removed: Vec::new(),
+        }
     }
 
     fn run(b: &DynamicObject, p: Option<&Value>, now: &str, settings: &Settings) -> Plan {
@@ -661,7 +678,34 @@ mod tests {
         assert!(plan.create_pod.is_some());
         assert_eq!(plan.status.as_ref().unwrap()["phase"], "Pending");
         assert_eq!(plan.events[0].reason, "PodCreated");
+        assert_eq!(plan.events.len(), 1);
         assert_eq!(plan.requeue_after, Some(Duration::from_secs(300)));
+    }
+
+    #[test]
+    fn fields_removed_from_the_pod_are_reported_with_its_creation_only() {
+        let b = browser(json!({"finalizers": null, "labels": null}), Value::Null);
+        let creation = || PodCreation::Render {
+            pod: json!({"spec": {"containers": [{"name": "browser", "image": "chrome:139"}]}}),
+            removed: vec![
+                "spec.initContainers[seleniferous].restartPolicy".into(),
+                "spec.containers[browser].resources.claims".into(),
+            ],
+        };
+        let observed = Observed {
+            browser: &b,
+            pod: None,
+            now: t("2026-11-22T10:00:00Z"),
+        };
+        let plan = decide(&observed, &Settings::default(), creation);
+        assert!(plan.create_pod.is_some());
+        let warning = &plan.events[1];
+        assert!(warning.warning);
+        assert_eq!(warning.reason, "PodFieldsRemoved");
+        assert_eq!(
+            warning.note,
+            "removed from the pod because the cluster's Pod schema does not declare them: spec.initContainers[seleniferous].restartPolicy, spec.containers[browser].resources.claims"
+        );
     }
 
     #[test]

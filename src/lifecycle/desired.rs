@@ -14,14 +14,17 @@ use crate::config::lookup::{self, LookupError};
 use crate::config::validate;
 use crate::pod::options;
 use crate::pod::render::{RenderError, RenderInput, render_pod};
+use crate::pod::schema::PodSchema;
 
-/// Resolves and renders the pod of `browser` from the BrowserConfigs of its namespace.
+/// Resolves and renders the pod of `browser` from the BrowserConfigs of its namespace,
+/// pruned to the cluster's Pod `schema` when one is known.
 /// `rejected(config, browser, version_key)` is the cluster's dry-run verdict on an entry
 /// (SPEC §3.4), if it rejected it.
 pub fn pod_for<C: Borrow<DynamicObject>>(
     browser: &DynamicObject,
     configs: &[C],
     browser_resource: &ApiResource,
+    schema: Option<&PodSchema>,
     rejected: impl Fn(&str, &str, &str) -> Option<String>,
 ) -> PodCreation {
     let spec = |f: &str| {
@@ -81,7 +84,10 @@ pub fn pod_for<C: Borrow<DynamicObject>>(
         options: &session_options,
     };
     match render_pod(&input) {
-        Ok(pod) => PodCreation::Render(pod),
+        Ok(mut pod) => {
+            let removed = schema.map(|s| s.prune(&mut pod)).unwrap_or_default();
+            PodCreation::Render { pod, removed }
+        }
         Err(RenderError::Options(e)) => {
             PodCreation::Fail(Failure::new("InvalidSelenosisOptions", e.to_string()))
         }
@@ -119,8 +125,10 @@ mod tests {
             "spec": spec,
         }))
         .unwrap();
-        match pod_for(&browser, &[config], &browser_resource(), |_, _, _| None) {
-            PodCreation::Render(_) => Ok(()),
+        match pod_for(&browser, &[config], &browser_resource(), None, |_, _, _| {
+            None
+        }) {
+            PodCreation::Render { .. } => Ok(()),
             PodCreation::Fail(f) => Err((f.reason, f.message)),
         }
     }

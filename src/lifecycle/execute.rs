@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 use super::decide::{Event, Plan, PodAdoption, PodDelete};
 use super::status::Failure;
 use crate::api::keys;
+use crate::api::openapi::is_unknown_field_rejection;
 use crate::metrics::{self, Metrics, Stage};
 
 /// Why executing a plan failed; the reconcile is retried with backoff.
@@ -62,6 +63,10 @@ pub struct Target<'a> {
 pub struct Executed {
     /// The pod create was rejected for good; the caller turns it into a failed status.
     pub create_rejected: Option<Failure>,
+    /// The pod create was rejected for a field the cluster's Pod schema does not declare:
+    /// the caller decides, knowing whether the schema it pruned with is still current,
+    /// whether to retry or to classify the rejection.
+    pub create_unknown_fields: Option<Box<kube::core::Status>>,
     /// The Browser as the last write returned it.
     pub browser: Option<DynamicObject>,
     /// The pod as the adoption, the create or a graceful delete returned it.
@@ -114,6 +119,10 @@ impl Target<'_> {
                 }
                 Err(kube::Error::Api(status)) => {
                     self.metrics.pod_create_error(status.code);
+                    if is_unknown_field_rejection(&status.message) {
+                        executed.create_unknown_fields = Some(status);
+                        return Ok(executed);
+                    }
                     match classify_create_error(status.code, &status.message) {
                         CreateOutcome::Fail(failure) => {
                             executed.create_rejected = Some(failure);

@@ -4,3 +4,4 @@
 pub mod names;
 pub mod options;
 pub mod render;
+pub mod schema;

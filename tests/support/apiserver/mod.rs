@@ -3,7 +3,8 @@
 //! Serves the core resources the operator uses plus any installed CRD, with real API semantics
 //! where the operator depends on them: one global resourceVersion counter, watches with replay,
 //! bookmarks and 410 Gone, server-side apply with per-manager ownership, the status
-//! subresource, finalizers and graceful pod deletion, dry-run, pod validation, discovery.
+//! subresource, finalizers and graceful pod deletion, dry-run, pod validation, discovery, the
+//! Pod's OpenAPI schema (v3 and v2) and server-side apply's rejection of undeclared fields.
 //! Talk to it through [`ApiServer::client`] (in process) or [`ApiServer::serve`] (TCP).
 //!
 //! Not emulated: authentication, RBAC (only `SelfSubjectAccessReview` answers), admission
@@ -12,6 +13,7 @@
 
 mod apply;
 mod error;
+mod openapi;
 mod resources;
 mod routes;
 mod selector;
@@ -187,6 +189,31 @@ impl ApiServer {
     /// `gitVersion` reported by `/version` (default `v1.34.0`).
     pub fn set_git_version(&self, version: &str) {
         lock(&self.shared).git_version = version.to_string();
+    }
+
+    /// Makes the served Pod schema lack `field` of `definition` (e.g.
+    /// `io.k8s.api.core.v1.Container`, `restartPolicy`), like an older cluster. Panics when
+    /// the schema has no such field: the test would check nothing.
+    pub fn remove_schema_field(&self, definition: &str, field: &str) {
+        assert!(
+            lock(&self.shared).openapi.remove_field(definition, field),
+            "the Pod schema has no field {field} in {definition}"
+        );
+    }
+
+    /// Whether `/openapi/v3` (and `/openapi/v3/api/v1`) and `/openapi/v2` are served; one
+    /// that is not answers 404, as neither is by default.
+    pub fn serve_openapi(&self, v3: bool, v2: bool) {
+        let mut state = lock(&self.shared);
+        state.openapi.serve_v3 = v3;
+        state.openapi.serve_v2 = v2;
+    }
+
+    /// Makes server-side apply of a Pod (dry-run included) carrying a field the served schema
+    /// lacks fail with `status` (500 as Kubernetes 1.24 answers, 400 or 422 as later
+    /// versions do) and the real message (`... field not declared in schema`). Off by default.
+    pub fn check_pod_fields(&self, status: u16) {
+        lock(&self.shared).openapi.check = Some(status);
     }
 
     /// Interval between watch bookmarks (default 1s; the first comes right away).

@@ -85,6 +85,9 @@ async fn handle(AxumState(shared): AxumState<Shared>, req: Request) -> Response 
 
 enum Route<'a> {
     Version,
+    OpenApiV3,
+    OpenApiV3Core,
+    OpenApiV2,
     CoreVersions,
     Groups,
     Group(&'a str),
@@ -131,6 +134,9 @@ fn parse_path(path: &str) -> Option<Route<'_>> {
     let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
     match segs.as_slice() {
         ["version"] => Some(Route::Version),
+        ["openapi", "v3"] => Some(Route::OpenApiV3),
+        ["openapi", "v3", "api", "v1"] => Some(Route::OpenApiV3Core),
+        ["openapi", "v2"] => Some(Route::OpenApiV2),
         ["api"] => Some(Route::CoreVersions),
         ["apis"] => Some(Route::Groups),
         ["apis", group] => Some(Route::Group(group)),
@@ -219,6 +225,9 @@ impl Incoming<'_> {
             .is_some_and(|a| a.contains("as=APIGroupDiscoveryList"));
         let doc = match route {
             Route::Version => Some(resources::version_info(&state.git_version)),
+            Route::OpenApiV3 => state.openapi.v3_discovery(),
+            Route::OpenApiV3Core => state.openapi.v3_core(),
+            Route::OpenApiV2 => state.openapi.v2(),
             Route::CoreVersions if aggregated => Some(resources::aggregated(&state.defs, true)),
             Route::CoreVersions => Some(resources::core_versions()),
             Route::Groups if aggregated => Some(resources::aggregated(&state.defs, false)),
@@ -497,6 +506,12 @@ impl Incoming<'_> {
                     ));
                 }
                 let body = self.body_json(pt == PatchType::Apply)?;
+                if pt == PatchType::Apply
+                    && t.def.special == resources::Special::Pod
+                    && t.sub.is_none()
+                {
+                    state.openapi.check_apply(&body)?;
+                }
                 let existed = state.stored(&t.def.key(), &t.ns, name).is_some();
                 let obj = state.patch(t, name, pt, body, &opts)?;
                 // An apply that creates answers 201 Created.

@@ -2,6 +2,7 @@
 //! counter, generation, status subresource isolation, server-side apply, finalizer-gated and
 //! graceful deletion, dry-run. Everything here is synchronous and runs under the state lock.
 
+use super::openapi::OpenApi;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::Duration;
 
@@ -133,6 +134,7 @@ pub struct State {
     pub denials: Vec<AccessRule>,
     pub git_version: String,
     pub bookmark_interval: Duration,
+    pub openapi: OpenApi,
 }
 
 /// RFC 3339 with second precision, as `metav1.Time` serializes.
@@ -201,6 +203,7 @@ impl State {
             denials: Vec::new(),
             git_version: "v1.34.0".to_string(),
             bookmark_interval: Duration::from_secs(1),
+            openapi: OpenApi::default(),
         };
         for ns in ["default", "kube-system"] {
             if let Some(t) = state.target_for("namespaces", "") {
