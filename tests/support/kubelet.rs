@@ -55,6 +55,9 @@ pub enum Script {
 pub enum Deletion {
     /// DELETE with `gracePeriodSeconds=0` after min(grace period, `max_deletion_delay`).
     AfterGrace,
+    /// DELETE with `gracePeriodSeconds=0` after this delay, whatever the grace period
+    /// (containers that take a while to stop).
+    After(Duration),
     /// Never confirmed: the pod stays Terminating.
     Never,
 }
@@ -67,6 +70,9 @@ pub struct KubeletConfig {
     pub max_deletion_delay: Duration,
     /// Deletion behaviour of pods without an override.
     pub deletion: Deletion,
+    /// Only pods of this namespace (all namespaces when `None`), so that simulators of
+    /// concurrent tests sharing one API server leave each other's pods alone.
+    pub namespace: Option<String>,
 }
 
 impl Default for KubeletConfig {
@@ -75,6 +81,7 @@ impl Default for KubeletConfig {
             step_delay: Duration::from_millis(5),
             max_deletion_delay: Duration::from_millis(50),
             deletion: Deletion::AfterGrace,
+            namespace: None,
         }
     }
 }
@@ -213,7 +220,10 @@ struct Tracked {
 
 async fn run(client: kube::Client, shared: Arc<Shared>) {
     register_node(&client, &shared.node).await;
-    let pods: Api<DynamicObject> = Api::all_with(client.clone(), &pod_resource());
+    let pods: Api<DynamicObject> = match &shared.config.namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &pod_resource()),
+        None => Api::all_with(client.clone(), &pod_resource()),
+    };
     let config = watcher::Config::default().labels(&keys::managed_pods_selector());
     let mut events = watcher(pods, config).default_backoff().boxed();
     let mut tracked: HashMap<String, Tracked> = HashMap::new();
@@ -266,10 +276,18 @@ fn on_pod(
             if let Some(script) = entry.script.take() {
                 script.abort();
             }
-            if shared.deletion(&name) == Deletion::AfterGrace {
-                let grace = pod.metadata.deletion_grace_period_seconds.unwrap_or(0);
-                let wait = Duration::from_secs(u64::try_from(grace).unwrap_or(0))
-                    .min(shared.config.max_deletion_delay);
+            let wait = match shared.deletion(&name) {
+                Deletion::AfterGrace => {
+                    let grace = pod.metadata.deletion_grace_period_seconds.unwrap_or(0);
+                    Some(
+                        Duration::from_secs(u64::try_from(grace).unwrap_or(0))
+                            .min(shared.config.max_deletion_delay),
+                    )
+                }
+                Deletion::After(delay) => Some(delay),
+                Deletion::Never => None,
+            };
+            if let Some(wait) = wait {
                 tasks.spawn(confirm_deletion(api, name, uid, wait));
             }
         }

@@ -6,6 +6,9 @@
 //! subresource, finalizers and graceful pod deletion, dry-run, pod validation, discovery.
 //! Talk to it through [`ApiServer::client`] (in process) or [`ApiServer::serve`] (TCP).
 //!
+//! Tables for custom resources (`kubectl get`) and core/v1 Events as a read-only view of
+//! events.k8s.io/v1 Events (`kubectl describe`) are served too.
+//!
 //! Not emulated: authentication, RBAC (only `SelfSubjectAccessReview` answers), admission
 //! beyond pod defaults, CRD schema validation, garbage collection (like envtest), pagination
 //! (`limit`/`continue` return everything).
@@ -16,6 +19,7 @@ mod resources;
 mod routes;
 mod selector;
 mod store;
+mod table;
 mod validate;
 mod watch;
 
