@@ -267,10 +267,17 @@ impl Drop for Ctx {
 
 impl Ctx {
     async fn new(be: Arc<Backend>, scenario: &Scenario, index: usize) -> Arc<Self> {
-        let short: String = scenario.name.replace('_', "-").chars().take(40).collect();
-        let ns = format!("e2e-{index:02}-{short}")
-            .trim_end_matches('-')
-            .to_string();
+        // Fresh API servers have no namespaces of earlier runs; an existing cluster may
+        // still be deleting them.
+        let run = match be.kind {
+            Kind::Cluster => format!("{}-", std::process::id()),
+            _ => String::new(),
+        };
+        let ns: String = format!("e2e-{run}{index:02}-{}", scenario.name.replace('_', "-"))
+            .chars()
+            .take(50)
+            .collect();
+        let ns = ns.trim_end_matches('-').to_string();
         let namespaces: Api<DynamicObject> =
             Api::all_with(be.client.clone(), &resource("", "Namespace", "namespaces"));
         let obj: DynamicObject = serde_json::from_value(
@@ -396,20 +403,18 @@ impl Ctx {
 
     /// Waits until `check` holds on a fresh snapshot.
     async fn until(&self, what: &str, check: impl Fn(&Snapshot) -> bool) -> Snapshot {
-        let deadline = Instant::now() + WAIT;
-        loop {
+        poll(Duration::from_millis(50), || async {
             let snap = self.snapshot().await;
             if check(&snap) {
-                return snap;
+                Ok(snap)
+            } else {
+                Err(format!(
+                    "{what}; browsers: {:#?}; pods: {:#?}",
+                    snap.browsers, snap.pods
+                ))
             }
-            assert!(
-                Instant::now() < deadline,
-                "timed out waiting for {what}; browsers: {:#?}; pods: {:#?}",
-                snap.browsers,
-                snap.pods
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        })
+        .await
     }
 
     async fn until_running(&self, name: &str) -> Snapshot {
@@ -453,22 +458,14 @@ impl Ctx {
 
     /// The first Failed status a watcher saw for `name`.
     async fn failure_of(&self, name: &str) -> Value {
-        let deadline = Instant::now() + WAIT;
-        loop {
-            if let Some(s) = self
-                .seen_statuses(name)
-                .into_iter()
-                .find(|s| s["phase"] == "Failed")
-            {
-                return s;
+        poll(Duration::from_millis(20), || async {
+            let seen = self.seen_statuses(name);
+            match seen.iter().find(|s| s["phase"] == "Failed") {
+                Some(failed) => Ok(failed.clone()),
+                None => Err(format!("{name} to fail; seen: {seen:#?}")),
             }
-            assert!(
-                Instant::now() < deadline,
-                "timed out waiting for {name} to fail; seen: {:#?}",
-                self.seen_statuses(name)
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        })
+        .await
     }
 
     /// Reasons of the Events about `name`, sorted.
@@ -485,32 +482,35 @@ impl Ctx {
     }
 
     async fn until_events(&self, name: &str, wanted: &[&str]) {
-        let deadline = Instant::now() + WAIT;
-        loop {
+        poll(Duration::from_millis(100), || async {
             let reasons = self.event_reasons(name).await;
             if wanted.iter().all(|w| reasons.iter().any(|r| r == w)) {
-                return;
+                Ok(())
+            } else {
+                Err(format!(
+                    "Events of {name}: want {wanted:?}, have {reasons:?}"
+                ))
             }
-            assert!(
-                Instant::now() < deadline,
-                "Events of {name}: want {wanted:?}, have {reasons:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        })
+        .await
+    }
+
+    /// Creates `obj` (a manifest) in this namespace.
+    async fn create(&self, ar: &ApiResource, mut obj: Value) -> DynamicObject {
+        obj["apiVersion"] = json!(ar.api_version);
+        obj["kind"] = json!(ar.kind);
+        obj["metadata"]["namespace"] = json!(self.ns);
+        let name = obj["metadata"]["name"].as_str().unwrap_or("").to_string();
+        let obj: DynamicObject = serde_json::from_value(obj).unwrap();
+        self.api(ar)
+            .create(&PostParams::default(), &obj)
+            .await
+            .unwrap_or_else(|e| panic!("{} {name} created: {e}", ar.kind))
     }
 
     async fn create_config(&self, name: &str, spec: Value) {
-        let ar = config_resource(self.layout);
-        let obj: DynamicObject = serde_json::from_value(json!({
-            "apiVersion": ar.api_version, "kind": "BrowserConfig",
-            "metadata": {"name": name, "namespace": self.ns},
-            "spec": spec,
-        }))
-        .unwrap();
-        self.api(&ar)
-            .create(&PostParams::default(), &obj)
-            .await
-            .expect("config created");
+        let config = json!({"metadata": {"name": name}, "spec": spec});
+        self.create(&config_resource(self.layout), config).await;
     }
 
     /// The chrome config: browser on 4444, `seleniferous` sidecar on 4445.
@@ -536,41 +536,29 @@ impl Ctx {
     /// Waits until the BrowserConfig `name` reports condition `kind` as `status`.
     async fn until_config(&self, name: &str, kind: &str, status: &str) -> Value {
         let api = self.api(&config_resource(self.layout));
-        let deadline = Instant::now() + WAIT;
-        loop {
-            if let Ok(config) = api.get(name).await {
-                let config = serde_json::to_value(config).unwrap();
-                let found = config["status"]["conditions"]
-                    .as_array()
-                    .and_then(|cs| {
-                        cs.iter()
-                            .find(|c| c["type"] == kind && c["status"] == status)
-                    })
-                    .cloned();
-                if let Some(condition) = found {
-                    return condition;
-                }
-                assert!(
-                    Instant::now() < deadline,
-                    "BrowserConfig {name}: no {kind}={status}: {config:#}"
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        poll(Duration::from_millis(50), || async {
+            let config = match api.get(name).await {
+                Ok(c) => serde_json::to_value(c).unwrap(),
+                Err(e) => return Err(format!("BrowserConfig {name}: {e}")),
+            };
+            config["status"]["conditions"]
+                .as_array()
+                .and_then(|cs| {
+                    cs.iter()
+                        .find(|c| c["type"] == kind && c["status"] == status)
+                })
+                .cloned()
+                .ok_or_else(|| format!("BrowserConfig {name}: no {kind}={status}: {config:#}"))
+        })
+        .await
     }
 
     async fn create_browser(&self, name: &str, annotations: Value) {
-        let ar = browser_resource(self.layout);
-        let obj: DynamicObject = serde_json::from_value(json!({
-            "apiVersion": ar.api_version, "kind": "Browser",
-            "metadata": {"name": name, "namespace": self.ns, "labels": {"selenosis.io/owner": "hub"}, "annotations": annotations},
+        let browser = json!({
+            "metadata": {"name": name, "labels": {"selenosis.io/owner": "hub"}, "annotations": annotations},
             "spec": {"browserName": "chrome", "browserVersion": "139.0"},
-        }))
-        .unwrap();
-        self.browsers()
-            .create(&PostParams::default(), &obj)
-            .await
-            .unwrap_or_else(|e| panic!("browser {name} created: {e}"));
+        });
+        self.create(&browser_resource(self.layout), browser).await;
     }
 
     async fn delete_browser(&self, name: &str) {
@@ -652,6 +640,21 @@ impl Ctx {
                 Some(String::from_utf8_lossy(&out.stdout).into_owned())
             }
         }
+    }
+}
+
+/// Polls `probe` until it answers `Ok`; panics with its last `Err` after [`WAIT`].
+async fn poll<T, F: Future<Output = Result<T, String>>>(
+    every: Duration,
+    mut probe: impl FnMut() -> F,
+) -> T {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        match probe().await {
+            Ok(value) => return value,
+            Err(why) => assert!(Instant::now() < deadline, "timed out waiting for {why}"),
+        }
+        tokio::time::sleep(every).await;
     }
 }
 
@@ -1058,17 +1061,11 @@ async fn lost_pod_is_never_recreated(cx: Arc<Ctx>) {
 async fn foreign_pod_of_the_same_name_is_a_conflict_and_untouched(cx: Arc<Ctx>) {
     cx.start_operator(&[]);
     cx.chrome_config().await;
-    let foreign: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "taken", "namespace": cx.ns, "labels": {"app": "other"}},
+    let foreign = json!({
+        "metadata": {"name": "taken", "labels": {"app": "other"}},
         "spec": {"containers": [{"name": "c", "image": cx.be.image}]}
-    }))
-    .unwrap();
-    let created = cx
-        .pods()
-        .create(&PostParams::default(), &foreign)
-        .await
-        .unwrap();
+    });
+    let created = cx.create(&pod_resource(), foreign).await;
     cx.create_browser("taken", json!({})).await;
     let failure = cx.failure_of("taken").await;
     assert_eq!(failure["reason"], "PodConflict");
@@ -1395,6 +1392,12 @@ async fn run_one(be: Arc<Backend>, scenario: &Scenario, index: usize) -> Result<
         failed => failed,
     };
     cx.kill_operator();
+    if be.kind == Kind::Cluster {
+        // Only a real cluster has the controller that empties and removes namespaces.
+        let namespaces: Api<DynamicObject> =
+            Api::all_with(be.client.clone(), &resource("", "Namespace", "namespaces"));
+        let _ = namespaces.delete(&cx.ns, &DeleteParams::default()).await;
+    }
     outcome.map_err(|e| {
         format!(
             "{e}\n--- operator log (last 60 lines) ---\n{}\n{}",

@@ -326,6 +326,15 @@ impl ControlPlane {
         self.dir.join("admin.kubeconfig")
     }
 
+    /// Process ids of etcd and kube-apiserver.
+    pub fn pids(&self) -> Vec<u32> {
+        [self.etcd.as_ref(), self.apiserver.as_ref()]
+            .into_iter()
+            .flatten()
+            .map(Child::id)
+            .collect()
+    }
+
     /// The directory holding the control plane's files (removed by [`ControlPlane::stop`]).
     pub fn dir(&self) -> &Path {
         self.dir.path()

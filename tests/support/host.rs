@@ -46,8 +46,8 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-/// A plain HTTP/1.1 GET on loopback; returns (status, body).
-pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+/// A plain HTTP/1.1 GET on loopback; returns the whole response, head and body.
+pub fn http_response(port: u16, path: &str) -> Option<String> {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
     write!(
@@ -57,6 +57,12 @@ pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     .ok()?;
     let mut response = String::new();
     stream.read_to_string(&mut response).ok()?;
+    Some(response)
+}
+
+/// A plain HTTP/1.1 GET on loopback; returns (status, body).
+pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    let response = http_response(port, path)?;
     let status = response.split_whitespace().nth(1)?.parse().ok()?;
     let body = response.split_once("\r\n\r\n")?.1.to_string();
     Some((status, body))
