@@ -1722,3 +1722,27 @@ async fn a_namespaced_kubelet_leaves_other_namespaces_alone() {
     assert!(other["spec"]["nodeName"].is_null(), "{other}");
     assert!(other["status"]["phase"] != "Running", "{other}");
 }
+
+#[tokio::test]
+async fn list_items_of_built_in_kinds_carry_no_type_but_custom_resources_do() {
+    let (server, client, browsers) = setup().await;
+    create(&browsers, browser("b1")).await;
+    create(&pods(&client), pod("p1")).await;
+    let (_, _, pods) = raw_get(
+        &server,
+        "/api/v1/namespaces/default/pods",
+        "application/json",
+    )
+    .await;
+    assert_eq!(pods["kind"], "PodList");
+    assert!(pods["items"][0].get("kind").is_none(), "{pods}");
+    assert!(pods["items"][0].get("apiVersion").is_none(), "{pods}");
+    let (_, _, list) = raw_get(
+        &server,
+        "/apis/selenosis.io/v1/namespaces/default/browsers",
+        "application/json",
+    )
+    .await;
+    assert_eq!(list["items"][0]["kind"], "Browser");
+    assert_eq!(list["items"][0]["apiVersion"], "selenosis.io/v1");
+}

@@ -45,7 +45,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_browser-controller");
 /// Longest wait for one condition.
 const WAIT: Duration = Duration::from_secs(60);
 /// Longest run of one scenario.
-const SCENARIO_LIMIT: Duration = Duration::from_secs(240);
+const SCENARIO_LIMIT: Duration = Duration::from_secs(480);
 const DEFAULT_CLUSTER_IMAGE: &str = "registry.k8s.io/pause:3.10";
 
 fn repo(path: &str) -> PathBuf {
@@ -251,8 +251,9 @@ struct Ctx {
     kubelet: Option<KubeletHandle>,
     operator: Mutex<Option<Child>>,
     log: PathBuf,
-    /// Every Browser and pod a watch saw, in order.
-    seen: Arc<Mutex<Vec<Value>>>,
+    /// Every Browser and pod a watch saw, in order, with its kind (items of a pod list
+    /// carry none).
+    seen: Arc<Mutex<Vec<(&'static str, Value)>>>,
     recorders: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -300,13 +301,16 @@ impl Ctx {
             )
         });
         let seen = Arc::new(Mutex::new(Vec::new()));
-        let recorders = [browser_resource(scenario.layout), pod_resource()]
-            .iter()
-            .map(|ar| {
-                let api: Api<DynamicObject> = Api::namespaced_with(be.client.clone(), &ns, ar);
-                tokio::spawn(record(api, seen.clone()))
-            })
-            .collect();
+        let recorders = [
+            ("Browser", browser_resource(scenario.layout)),
+            ("Pod", pod_resource()),
+        ]
+        .into_iter()
+        .map(|(kind, ar)| {
+            let api: Api<DynamicObject> = Api::namespaced_with(be.client.clone(), &ns, &ar);
+            tokio::spawn(record(api, kind, seen.clone()))
+        })
+        .collect();
         let log = be.dir.join(&format!("{ns}.operator.log"));
         Arc::new(Self {
             be,
@@ -403,7 +407,20 @@ impl Ctx {
 
     /// Waits until `check` holds on a fresh snapshot.
     async fn until(&self, what: &str, check: impl Fn(&Snapshot) -> bool) -> Snapshot {
-        poll(Duration::from_millis(50), || async {
+        self.until_within(WAIT, Duration::from_millis(50), what, check)
+            .await
+    }
+
+    /// [`Ctx::until`] with another limit and polling interval (lists of many objects are
+    /// not fetched 20 times a second).
+    async fn until_within(
+        &self,
+        limit: Duration,
+        every: Duration,
+        what: &str,
+        check: impl Fn(&Snapshot) -> bool,
+    ) -> Snapshot {
+        poll(limit, every, || async {
             let snap = self.snapshot().await;
             if check(&snap) {
                 Ok(snap)
@@ -435,8 +452,8 @@ impl Ctx {
             .lock()
             .unwrap()
             .iter()
-            .filter(|o| o["kind"] == kind && o["metadata"]["name"] == name)
-            .cloned()
+            .filter(|(k, o)| *k == kind && o["metadata"]["name"] == name)
+            .map(|(_, o)| o.clone())
             .collect()
     }
 
@@ -458,7 +475,7 @@ impl Ctx {
 
     /// The first Failed status a watcher saw for `name`.
     async fn failure_of(&self, name: &str) -> Value {
-        poll(Duration::from_millis(20), || async {
+        poll(WAIT, Duration::from_millis(20), || async {
             let seen = self.seen_statuses(name);
             match seen.iter().find(|s| s["phase"] == "Failed") {
                 Some(failed) => Ok(failed.clone()),
@@ -482,7 +499,7 @@ impl Ctx {
     }
 
     async fn until_events(&self, name: &str, wanted: &[&str]) {
-        poll(Duration::from_millis(100), || async {
+        poll(WAIT, Duration::from_millis(100), || async {
             let reasons = self.event_reasons(name).await;
             if wanted.iter().all(|w| reasons.iter().any(|r| r == w)) {
                 Ok(())
@@ -536,7 +553,7 @@ impl Ctx {
     /// Waits until the BrowserConfig `name` reports condition `kind` as `status`.
     async fn until_config(&self, name: &str, kind: &str, status: &str) -> Value {
         let api = self.api(&config_resource(self.layout));
-        poll(Duration::from_millis(50), || async {
+        poll(WAIT, Duration::from_millis(50), || async {
             let config = match api.get(name).await {
                 Ok(c) => serde_json::to_value(c).unwrap(),
                 Err(e) => return Err(format!("BrowserConfig {name}: {e}")),
@@ -609,6 +626,9 @@ impl Ctx {
             .patch_status("e2e", &PatchParams::default(), &Patch::Merge(&status))
             .await
             .expect("quota status written");
+        // The quota admission reads quotas from an informer: give it the status first (a
+        // quota without one refuses with "status unknown", which is `Forbidden`).
+        tokio::time::sleep(Duration::from_secs(1)).await;
     }
 
     /// Runs kubectl with the admin's kubeconfig; `None` when kubectl is not installed.
@@ -643,12 +663,13 @@ impl Ctx {
     }
 }
 
-/// Polls `probe` until it answers `Ok`; panics with its last `Err` after [`WAIT`].
+/// Polls `probe` every `every` until it answers `Ok`; panics with its last `Err` after `limit`.
 async fn poll<T, F: Future<Output = Result<T, String>>>(
+    limit: Duration,
     every: Duration,
     mut probe: impl FnMut() -> F,
 ) -> T {
-    let deadline = Instant::now() + WAIT;
+    let deadline = Instant::now() + limit;
     loop {
         match probe().await {
             Ok(value) => return value,
@@ -658,13 +679,17 @@ async fn poll<T, F: Future<Output = Result<T, String>>>(
     }
 }
 
-async fn record(api: Api<DynamicObject>, seen: Arc<Mutex<Vec<Value>>>) {
+async fn record(
+    api: Api<DynamicObject>,
+    kind: &'static str,
+    seen: Arc<Mutex<Vec<(&'static str, Value)>>>,
+) {
     let mut stream = watcher(api, watcher::Config::default()).boxed();
     while let Some(event) = stream.next().await {
         if let Ok(watcher::Event::Apply(obj) | watcher::Event::InitApply(obj)) = event
             && let Ok(v) = serde_json::to_value(&obj)
         {
-            seen.lock().unwrap().push(v);
+            seen.lock().unwrap().push((kind, v));
         }
     }
 }
@@ -1104,7 +1129,7 @@ async fn operator_sigkilled_mid_lifecycle_and_restarted(cx: Arc<Ctx>) {
         Script::ExitAfterRunning {
             container: "browser".into(),
             exit_code: 0,
-            after: Duration::from_millis(2500),
+            after: Duration::from_secs(4),
         },
     );
     cx.create_browser("ends", json!({})).await;
@@ -1191,8 +1216,9 @@ async fn two_hundred_browsers_at_once_all_run_then_all_clean_up(cx: Arc<Ctx>) {
         .buffer_unordered(50)
         .collect::<Vec<()>>()
         .await;
+    let (limit, every) = (Duration::from_secs(180), Duration::from_millis(500));
     let snap = cx
-        .until("200 Running", |s| {
+        .until_within(limit, every, "200 Running", |s| {
             s.browsers
                 .iter()
                 .filter(|b| b["status"]["phase"] == "Running" && b["status"]["podIP"].is_string())
@@ -1209,8 +1235,10 @@ async fn two_hundred_browsers_at_once_all_run_then_all_clean_up(cx: Arc<Ctx>) {
         .buffer_unordered(50)
         .collect::<Vec<()>>()
         .await;
-    cx.until("all gone", |s| s.browsers.is_empty() && s.pods.is_empty())
-        .await;
+    cx.until_within(limit, every, "all gone", |s| {
+        s.browsers.is_empty() && s.pods.is_empty()
+    })
+    .await;
     for name in &names {
         assert_eq!(cx.pod_uids(name).len(), 1, "{name}");
     }
