@@ -38,7 +38,7 @@ use browser_controller::api::crd::Layout;
 use browser_controller::api::keys;
 use support::apiserver::{ApiServer, Fault, ServeHandle};
 use support::controlplane::{self, Assets, ControlPlane};
-use support::host::{TempDir, die_with_parent, kill, tail};
+use support::host::{self, TempDir, die_with_parent, kill, tail};
 use support::kubelet::{Deletion, Kubelet, KubeletConfig, KubeletHandle, Script};
 
 const BIN: &str = env!("CARGO_BIN_EXE_browser-controller");
@@ -1515,6 +1515,7 @@ fn main() -> ExitCode {
         }
         return ExitCode::SUCCESS;
     }
+    host::remove_stale_dirs();
     // Worker threads live until the runtime is dropped at the end of main: children spawned
     // on them (PR_SET_PDEATHSIG) die with them, not before.
     let runtime = tokio::runtime::Builder::new_multi_thread()
