@@ -99,7 +99,7 @@ impl Backend {
         let kubeconfig = dir.join("kubeconfig");
         served.write_kubeconfig(&kubeconfig).unwrap();
         let client = server.client();
-        install_crds(&client).await;
+        install_crds(&client).await.expect("the double serves CRDs");
         Self {
             kind: Kind::Double,
             client,
@@ -117,7 +117,7 @@ impl Backend {
             .await
             .map_err(|e| e.to_string())?;
         let client = plane.client().await.map_err(|e| e.to_string())?;
-        install_crds(&client).await;
+        install_crds(&client).await?;
         controlplane::apply_dir(&client, &repo("rbac"))
             .await
             .map_err(|e| e.to_string())?;
@@ -170,12 +170,13 @@ impl Backend {
 }
 
 /// Both API-group layouts, through the API (the same code path on every backend).
-async fn install_crds(client: &kube::Client) {
+async fn install_crds(client: &kube::Client) -> Result<(), String> {
     for dir in ["crds", "crds/split-groups"] {
         controlplane::apply_dir(client, &repo(dir))
             .await
-            .unwrap_or_else(|e| panic!("{dir}: {e}"));
+            .map_err(|e| format!("{dir}: {e}"))?;
     }
+    Ok(())
 }
 
 /// `system:serviceaccount:NS:NAME` of `rbac/service-account.yaml`.
@@ -483,6 +484,16 @@ impl Ctx {
             }
         })
         .await
+    }
+
+    /// Waits for `name` to fail with `reason`, then for it to be gone, and checks that it never
+    /// had a pod; returns the failure message.
+    async fn fails_without_a_pod(&self, name: &str, reason: &str) -> String {
+        let failure = self.failure_of(name).await;
+        assert_eq!(failure["reason"], reason, "{failure}");
+        self.until_gone(name).await;
+        assert!(self.pod_uids(name).is_empty(), "{name} had a pod");
+        failure["message"].as_str().unwrap_or("").to_string()
     }
 
     /// Reasons of the Events about `name`, sorted.
@@ -845,16 +856,12 @@ async fn normal_session_pending_then_running_with_ip_then_cleaned_up(cx: Arc<Ctx
 async fn config_not_found_fails_without_a_pod(cx: Arc<Ctx>) {
     cx.start_operator(&[]);
     cx.create_browser("nocfg", json!({})).await;
-    let failure = cx.failure_of("nocfg").await;
-    assert_eq!(failure["reason"], "ConfigNotFound");
-    let message = failure["message"].as_str().unwrap();
+    let message = cx.fails_without_a_pod("nocfg", "ConfigNotFound").await;
     assert!(
         message.starts_with("Browser configuration not found"),
         "{message}"
     );
     assert!(message.contains(&cx.ns), "{message}");
-    cx.until_gone("nocfg").await;
-    assert!(cx.pod_uids("nocfg").is_empty());
     cx.until_events("nocfg", &["ConfigNotFound"]).await;
 }
 
@@ -863,17 +870,13 @@ async fn invalid_options_fail_without_a_pod(cx: Arc<Ctx>) {
     cx.chrome_config().await;
     cx.create_browser("opts", json!({keys::ANNOTATION_OPTIONS: "{\"labels\": 5}"}))
         .await;
-    let failure = cx.failure_of("opts").await;
-    assert_eq!(failure["reason"], "InvalidSelenosisOptions");
+    let message = cx
+        .fails_without_a_pod("opts", "InvalidSelenosisOptions")
+        .await;
     assert!(
-        failure["message"]
-            .as_str()
-            .unwrap()
-            .starts_with("unmarshal selenosis.io/options: "),
-        "{failure}"
+        message.starts_with("unmarshal selenosis.io/options: "),
+        "{message}"
     );
-    cx.until_gone("opts").await;
-    assert!(cx.pod_uids("opts").is_empty());
 }
 
 async fn pod_create_over_quota_fails_with_quota_exceeded(cx: Arc<Ctx>) {
@@ -883,15 +886,11 @@ async fn pod_create_over_quota_fails_with_quota_exceeded(cx: Arc<Ctx>) {
     cx.until_config("chrome", "Valid", "True").await;
     cx.refuse_pod_by_quota("q1").await;
     cx.create_browser("q1", json!({})).await;
-    let failure = cx.failure_of("q1").await;
-    assert_eq!(failure["reason"], "QuotaExceeded", "{failure}");
-    let message = failure["message"].as_str().unwrap();
+    let message = cx.fails_without_a_pod("q1", "QuotaExceeded").await;
     assert!(
         message.starts_with("pods \"q1\" is forbidden: exceeded quota: e2e"),
         "{message}"
     );
-    cx.until_gone("q1").await;
-    assert!(cx.pod_uids("q1").is_empty());
 }
 
 async fn pod_create_invalid_fails_with_invalid_pod_spec(cx: Arc<Ctx>) {
@@ -903,16 +902,12 @@ async fn pod_create_invalid_fails_with_invalid_pod_spec(cx: Arc<Ctx>) {
         json!({"controller.kubernetes.io/pod-deletion-cost": "cheap"}),
     )
     .await;
-    let failure = cx.failure_of("inv").await;
-    assert_eq!(failure["reason"], "InvalidPodSpec", "{failure}");
-    let message = failure["message"].as_str().unwrap();
+    let message = cx.fails_without_a_pod("inv", "InvalidPodSpec").await;
     assert!(message.starts_with("Pod \"inv\" is invalid: "), "{message}");
     assert!(
         message.contains("metadata.annotations[controller.kubernetes.io/pod-deletion-cost]"),
         "{message}"
     );
-    cx.until_gone("inv").await;
-    assert!(cx.pod_uids("inv").is_empty());
 }
 
 async fn pending_too_long_is_force_deleted_with_pod_creation_timeout(cx: Arc<Ctx>) {
@@ -1191,17 +1186,8 @@ async fn config_rejected_by_the_pod_schema_fails_browsers_with_invalid_config(cx
         "{valid}"
     );
     cx.create_browser("cfg", json!({})).await;
-    let failure = cx.failure_of("cfg").await;
-    assert_eq!(failure["reason"], "InvalidConfig", "{failure}");
-    assert!(
-        failure["message"]
-            .as_str()
-            .unwrap()
-            .contains("Not_A_Dns_Label"),
-        "{failure}"
-    );
-    cx.until_gone("cfg").await;
-    assert!(cx.pod_uids("cfg").is_empty());
+    let message = cx.fails_without_a_pod("cfg", "InvalidConfig").await;
+    assert!(message.contains("Not_A_Dns_Label"), "{message}");
 }
 
 async fn two_hundred_browsers_at_once_all_run_then_all_clean_up(cx: Arc<Ctx>) {

@@ -5,6 +5,12 @@
 //! through a [`Script`] with merge patches on `pods/NAME/status`; when a pod gets a
 //! deletionTimestamp it confirms the deletion with `gracePeriodSeconds=0` like a kubelet whose
 //! containers stopped.
+//!
+//! Every request is one a real API server accepts from a scheduler or kubelet: a Node created
+//! with its status (allowed on create); `pods/NAME/binding` with `metadata.name` = the pod and
+//! a `Node` target; status only through `pods/NAME/status` (podIP = podIPs[0], hostIP =
+//! hostIPs[0], and, pods being `restartPolicy: Never`, no container goes from terminated back
+//! to running); deletion confirmed with `gracePeriodSeconds=0` and a UID precondition.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
