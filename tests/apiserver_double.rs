@@ -1630,3 +1630,245 @@ async fn apply_of_a_pod_with_fields_the_schema_lacks_fails_only_when_checked() {
         .unwrap();
     assert!(server.get("pods", "default", "p1").is_some());
 }
+
+/// A raw GET through the in-process router with an `Accept` header: (status, content type,
+/// body).
+async fn raw_get(server: &ApiServer, path: &str, accept: &str) -> (u16, String, Value) {
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+    let request = http::Request::get(path)
+        .header(http::header::ACCEPT, accept)
+        .body(axum::body::Body::empty())
+        .unwrap();
+    let response = server.router().oneshot(request).await.unwrap();
+    let status = response.status().as_u16();
+    let content_type = response
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    (
+        status,
+        content_type,
+        serde_json::from_slice(&bytes).unwrap(),
+    )
+}
+
+const TABLE_ACCEPT: &str = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
+
+#[tokio::test]
+async fn custom_resources_are_printed_as_tables_with_their_printer_columns() {
+    let server = ApiServer::new();
+    let mut crd = browser_crd();
+    crd["spec"]["versions"][0]["additionalPrinterColumns"] = json!([
+        {"name": "Browser", "type": "string", "jsonPath": ".spec.browserName"},
+        {"name": "Reason", "type": "string", "jsonPath": ".status.reason", "priority": 1},
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    ]);
+    server.install_crd(&crd).unwrap();
+    let client = server.client();
+    let browsers = Api::namespaced_with(client, "default", &browser_resource());
+    create(&browsers, browser("b1")).await;
+
+    let path = "/apis/selenosis.io/v1/namespaces/default/browsers";
+    let (status, content_type, table) = raw_get(&server, path, TABLE_ACCEPT).await;
+    assert_eq!(status, 200);
+    assert_eq!(content_type, "application/json;as=Table;v=v1;g=meta.k8s.io");
+    assert_eq!(table["kind"], "Table");
+    assert_eq!(table["apiVersion"], "meta.k8s.io/v1");
+    let columns: Vec<(&str, i64)> = table["columnDefinitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["name"].as_str().unwrap(), c["priority"].as_i64().unwrap()))
+        .collect();
+    assert_eq!(
+        columns,
+        [("Name", 0), ("Browser", 0), ("Reason", 1), ("Age", 0)]
+    );
+    let row = &table["rows"][0];
+    // No status yet: a null cell; the age of an object created just now.
+    let cells = row["cells"].as_array().unwrap();
+    assert_eq!(cells[..3], [json!("b1"), json!("chrome"), Value::Null]);
+    assert!(["0s", "1s"].contains(&cells[3].as_str().unwrap()), "{row}");
+    assert_eq!(row["object"]["kind"], "PartialObjectMetadata");
+    assert_eq!(row["object"]["metadata"]["name"], "b1");
+
+    let (_, _, one) = raw_get(
+        &server,
+        &format!("{path}/b1?includeObject=Object"),
+        TABLE_ACCEPT,
+    )
+    .await;
+    assert_eq!(one["rows"].as_array().unwrap().len(), 1);
+    assert_eq!(one["rows"][0]["object"]["spec"]["browserName"], "chrome");
+    // Without the Table media type the object itself comes back.
+    let (_, content_type, plain) =
+        raw_get(&server, &format!("{path}/b1"), "application/json").await;
+    assert_eq!(content_type, "application/json");
+    assert_eq!(plain["kind"], "Browser");
+}
+
+#[tokio::test]
+async fn core_events_are_a_field_selectable_view_of_events_k8s_io() {
+    let server = ApiServer::new();
+    let client = server.client();
+    let events: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        "default",
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("events.k8s.io", "v1", "Event"),
+            "events",
+        ),
+    );
+    for (name, regarding) in [("e1", "b1"), ("e2", "b2")] {
+        create(
+            &events,
+            json!({
+                "apiVersion": "events.k8s.io/v1", "kind": "Event",
+                "metadata": {"name": name},
+                "eventTime": "2026-01-01T00:00:00.000000Z",
+                "reportingController": "browser-controller",
+                "reportingInstance": "browser-controller-0",
+                "action": "CreatePod", "reason": "PodCreated", "type": "Normal",
+                "note": format!("created pod {regarding}"),
+                "regarding": {"apiVersion": "selenosis.io/v1", "kind": "Browser", "namespace": "default", "name": regarding, "uid": format!("uid-{regarding}")},
+            }),
+        )
+        .await;
+    }
+    let core: Api<DynamicObject> = Api::namespaced_with(
+        client,
+        "default",
+        &ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("", "v1", "Event"), "events"),
+    );
+    // What `kubectl describe` asks for.
+    let selector = "involvedObject.name=b1,involvedObject.namespace=default,involvedObject.kind=Browser,involvedObject.uid=uid-b1";
+    let list = core
+        .list(&ListParams::default().fields(selector))
+        .await
+        .unwrap();
+    assert_eq!(list.items.len(), 1);
+    let event = serde_json::to_value(&list.items[0]).unwrap();
+    assert_eq!(event["apiVersion"], "v1");
+    assert_eq!(event["involvedObject"]["name"], "b1");
+    assert_eq!(event["message"], "created pod b1");
+    assert_eq!(event["reportingComponent"], "browser-controller");
+    assert_eq!(event["reason"], "PodCreated");
+    assert_eq!(event["eventTime"], "2026-01-01T00:00:00.000000Z");
+    assert_eq!(
+        core.get("e2").await.unwrap().data["message"],
+        "created pod b2"
+    );
+    // A view: writes go to events.k8s.io/v1.
+    let err = api_error(
+        core.create(
+            &PostParams::default(),
+            &obj(json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "e3"}})),
+        )
+        .await,
+    );
+    assert_eq!(err.code, 405);
+}
+
+#[tokio::test]
+async fn aggregated_discovery_says_so_in_its_content_type() {
+    let server = ApiServer::new();
+    let accept =
+        "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json";
+    for path in ["/api", "/apis"] {
+        let (status, content_type, doc) = raw_get(&server, path, accept).await;
+        assert_eq!(status, 200);
+        assert_eq!(
+            content_type,
+            "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+        );
+        assert_eq!(doc["kind"], "APIGroupDiscoveryList");
+    }
+    let (_, content_type, doc) = raw_get(&server, "/apis", "application/json").await;
+    assert_eq!(content_type, "application/json");
+    assert_eq!(doc["kind"], "APIGroupList");
+}
+
+#[tokio::test]
+async fn a_pod_deletion_cost_that_is_not_an_int32_is_invalid() {
+    let server = ApiServer::new();
+    let pods = pods(&server.client());
+    let mut bad = pod("costly");
+    bad["metadata"]["annotations"] = json!({"controller.kubernetes.io/pod-deletion-cost": "cheap"});
+    let err = api_error(pods.create(&PostParams::default(), &obj(bad)).await);
+    assert_eq!(err.code, 422);
+    assert_eq!(
+        err.message,
+        "Pod \"costly\" is invalid: metadata.annotations[controller.kubernetes.io/pod-deletion-cost]: Invalid value: \"cheap\": must be a 32bit integer"
+    );
+    let mut fine = pod("cheap");
+    fine["metadata"]["annotations"] = json!({"controller.kubernetes.io/pod-deletion-cost": "-5"});
+    create(&pods, fine).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespaced_kubelet_leaves_other_namespaces_alone() {
+    let (server, client, _) = setup().await;
+    let namespaces: Api<DynamicObject> = Api::all_with(
+        client.clone(),
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("", "v1", "Namespace"),
+            "namespaces",
+        ),
+    );
+    create(
+        &namespaces,
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "mine"}}),
+    )
+    .await;
+    let _kubelet = support::kubelet::Kubelet::start_with(
+        client.clone(),
+        "node-mine",
+        Script::Run,
+        support::kubelet::KubeletConfig {
+            namespace: Some("mine".into()),
+            ..Default::default()
+        },
+    );
+    let mine: Api<DynamicObject> = Api::namespaced_with(client.clone(), "mine", &pod_resource());
+    for api in [&mine, &pods(&client)] {
+        api.patch("p", &apply("browser-controller"), &Patch::Apply(pod("p")))
+            .await
+            .unwrap();
+    }
+    eventually(async || {
+        let p = mine.get("p").await.ok()?;
+        (p.data["status"]["phase"] == "Running").then_some(())
+    })
+    .await;
+    let other = server.get("pods", "default", "p").unwrap();
+    assert!(other["spec"]["nodeName"].is_null(), "{other}");
+    assert!(other["status"]["phase"] != "Running", "{other}");
+}
+
+#[tokio::test]
+async fn list_items_of_built_in_kinds_carry_no_type_but_custom_resources_do() {
+    let (server, client, browsers) = setup().await;
+    create(&browsers, browser("b1")).await;
+    create(&pods(&client), pod("p1")).await;
+    let (_, _, pods) = raw_get(
+        &server,
+        "/api/v1/namespaces/default/pods",
+        "application/json",
+    )
+    .await;
+    assert_eq!(pods["kind"], "PodList");
+    assert!(pods["items"][0].get("kind").is_none(), "{pods}");
+    assert!(pods["items"][0].get("apiVersion").is_none(), "{pods}");
+    let (_, _, list) = raw_get(
+        &server,
+        "/apis/selenosis.io/v1/namespaces/default/browsers",
+        "application/json",
+    )
+    .await;
+    assert_eq!(list["items"][0]["kind"], "Browser");
+    assert_eq!(list["items"][0]["apiVersion"], "selenosis.io/v1");
+}

@@ -6,8 +6,6 @@
 
 mod support;
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -25,6 +23,7 @@ use browser_controller::cli::Cli;
 use browser_controller::metrics::Metrics;
 use browser_controller::operator::{self, RunError};
 use support::apiserver::{ApiServer, Fault};
+use support::host::{TempDir, free_port, http_get};
 use support::kubelet::{Kubelet, KubeletHandle, Script};
 
 const NS: &str = "sessions";
@@ -305,30 +304,6 @@ fn stalling_client(
         }
     });
     Client::new(service, "default")
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// A plain HTTP/1.1 GET; returns (status, body).
-fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).ok()?;
-    let status = response.split_whitespace().nth(1)?.parse().ok()?;
-    let body = response.split_once("\r\n\r\n")?.1.to_string();
-    Some((status, body))
 }
 
 async fn readyz(port: u16) -> Option<(u16, String)> {
@@ -661,8 +636,7 @@ async fn a_stop_while_the_caches_are_still_loading_ends_at_once() {
 async fn the_binary_takes_the_lease_in_pod_namespace_and_releases_it_on_sigterm() {
     let cluster = Cluster::new().await;
     let served = cluster.server.serve().await.unwrap();
-    let dir = std::env::temp_dir().join(format!("bc-leader-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = TempDir::new("leader");
     let kubeconfig = dir.join("kubeconfig");
     served.write_kubeconfig(&kubeconfig).unwrap();
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_browser-controller"))
@@ -697,7 +671,6 @@ async fn the_binary_takes_the_lease_in_pod_namespace_and_releases_it_on_sigterm(
     })
     .await
     .unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(status.code(), Some(0));
     assert_eq!(cluster.holder(), None, "the Lease was released");
 }

@@ -4,7 +4,6 @@
 
 mod support;
 
-use std::io::{Read, Write};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,6 +19,7 @@ use browser_controller::cli::Cli;
 use browser_controller::metrics::Metrics;
 use browser_controller::operator;
 use support::apiserver::{ApiServer, Fault};
+use support::host::{self, free_port};
 use support::kubelet::{Kubelet, KubeletHandle, Script};
 
 const NS: &str = "sessions";
@@ -308,15 +308,7 @@ async fn a_scripted_lifecycle_shows_in_every_family() {
 
 /// A plain HTTP/1.1 GET on loopback; returns (status line, lower-cased headers, body).
 fn get(port: u16, path: &str) -> Option<(String, String, String)> {
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).ok()?;
+    let response = host::http_response(port, path)?;
     let (head, body) = response.split_once("\r\n\r\n")?;
     let (status, headers) = head.split_once("\r\n")?;
     Some((status.to_string(), headers.to_lowercase(), body.to_string()))
@@ -327,14 +319,6 @@ async fn http_get(port: u16, path: &'static str) -> Option<(String, String, Stri
         .await
         .ok()
         .flatten()
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,69 +4,22 @@
 
 mod support;
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use browser_controller::api::crd::{self, Layout};
 use support::apiserver::ApiServer;
+use support::host::{self, TempDir, free_port, http_get};
 
 const BIN: &str = env!("CARGO_BIN_EXE_browser-controller");
 
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!("bc-{tag}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        Self(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// A plain HTTP/1.1 GET; returns (status, body).
-fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).ok()?;
-    let status = response.split_whitespace().nth(1)?.parse().ok()?;
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())?;
-    Some((status, body))
-}
-
-fn wait_for(what: &str, log: &std::path::Path, mut check: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !check() {
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for {what}; operator log:\n{}",
+fn wait_for(what: &str, log: &std::path::Path, check: impl FnMut() -> bool) {
+    host::wait_until(what, Duration::from_secs(20), check, || {
+        format!(
+            "operator log:\n{}",
             std::fs::read_to_string(log).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+        )
+    });
 }
 
 fn spawn(kubeconfig: &std::path::Path, args: &[&str]) -> Child {
@@ -82,20 +35,14 @@ fn spawn(kubeconfig: &std::path::Path, args: &[&str]) -> Child {
 }
 
 fn wait_exit(child: &mut Child, log: &std::path::Path) -> (i32, String) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return (
-                status.code().unwrap_or(-1),
-                std::fs::read_to_string(log).unwrap_or_default(),
-            );
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("process did not exit in time");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let Some(status) = host::wait_exit(child, Duration::from_secs(20)) else {
+        host::kill(child);
+        panic!("process did not exit in time");
+    };
+    (
+        status.code().unwrap_or(-1),
+        std::fs::read_to_string(log).unwrap_or_default(),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -103,7 +50,7 @@ async fn missing_crds_exit_non_zero_with_one_line_naming_them() {
     let server = ApiServer::new();
     let served = server.serve().await.unwrap();
     let dir = TempDir::new("nocrd");
-    let kubeconfig = dir.0.join("kubeconfig");
+    let kubeconfig = dir.join("kubeconfig");
     served.write_kubeconfig(&kubeconfig).unwrap();
     let mut child = spawn(
         &kubeconfig,
@@ -146,7 +93,7 @@ async fn endpoints_serve_health_readiness_and_metrics_then_sigterm_exits_zero() 
     }
     let served = server.serve().await.unwrap();
     let dir = TempDir::new("endpoints");
-    let kubeconfig = dir.0.join("kubeconfig");
+    let kubeconfig = dir.join("kubeconfig");
     served.write_kubeconfig(&kubeconfig).unwrap();
     let (metrics, health) = (free_port(), free_port());
     let mut child = spawn(
@@ -208,7 +155,7 @@ async fn a_missing_permission_exits_non_zero_naming_it() {
     server.deny_in("team-a", "watch", "", "pods");
     let served = server.serve().await.unwrap();
     let dir = TempDir::new("perms");
-    let kubeconfig = dir.0.join("kubeconfig");
+    let kubeconfig = dir.join("kubeconfig");
     served.write_kubeconfig(&kubeconfig).unwrap();
     let mut child = spawn(
         &kubeconfig,

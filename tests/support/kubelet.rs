@@ -5,6 +5,12 @@
 //! through a [`Script`] with merge patches on `pods/NAME/status`; when a pod gets a
 //! deletionTimestamp it confirms the deletion with `gracePeriodSeconds=0` like a kubelet whose
 //! containers stopped.
+//!
+//! Every request is one a real API server accepts from a scheduler or kubelet: a Node created
+//! with its status (allowed on create); `pods/NAME/binding` with `metadata.name` = the pod and
+//! a `Node` target; status only through `pods/NAME/status` (podIP = podIPs[0], hostIP =
+//! hostIPs[0], and, pods being `restartPolicy: Never`, no container goes from terminated back
+//! to running); deletion confirmed with `gracePeriodSeconds=0` and a UID precondition.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -55,6 +61,9 @@ pub enum Script {
 pub enum Deletion {
     /// DELETE with `gracePeriodSeconds=0` after min(grace period, `max_deletion_delay`).
     AfterGrace,
+    /// DELETE with `gracePeriodSeconds=0` after this delay, whatever the grace period
+    /// (containers that take a while to stop).
+    After(Duration),
     /// Never confirmed: the pod stays Terminating.
     Never,
 }
@@ -67,6 +76,9 @@ pub struct KubeletConfig {
     pub max_deletion_delay: Duration,
     /// Deletion behaviour of pods without an override.
     pub deletion: Deletion,
+    /// Only pods of this namespace (all namespaces when `None`), so that simulators of
+    /// concurrent tests sharing one API server leave each other's pods alone.
+    pub namespace: Option<String>,
 }
 
 impl Default for KubeletConfig {
@@ -75,6 +87,7 @@ impl Default for KubeletConfig {
             step_delay: Duration::from_millis(5),
             max_deletion_delay: Duration::from_millis(50),
             deletion: Deletion::AfterGrace,
+            namespace: None,
         }
     }
 }
@@ -213,7 +226,10 @@ struct Tracked {
 
 async fn run(client: kube::Client, shared: Arc<Shared>) {
     register_node(&client, &shared.node).await;
-    let pods: Api<DynamicObject> = Api::all_with(client.clone(), &pod_resource());
+    let pods: Api<DynamicObject> = match &shared.config.namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &pod_resource()),
+        None => Api::all_with(client.clone(), &pod_resource()),
+    };
     let config = watcher::Config::default().labels(&keys::managed_pods_selector());
     let mut events = watcher(pods, config).default_backoff().boxed();
     let mut tracked: HashMap<String, Tracked> = HashMap::new();
@@ -266,10 +282,18 @@ fn on_pod(
             if let Some(script) = entry.script.take() {
                 script.abort();
             }
-            if shared.deletion(&name) == Deletion::AfterGrace {
-                let grace = pod.metadata.deletion_grace_period_seconds.unwrap_or(0);
-                let wait = Duration::from_secs(u64::try_from(grace).unwrap_or(0))
-                    .min(shared.config.max_deletion_delay);
+            let wait = match shared.deletion(&name) {
+                Deletion::AfterGrace => {
+                    let grace = pod.metadata.deletion_grace_period_seconds.unwrap_or(0);
+                    Some(
+                        Duration::from_secs(u64::try_from(grace).unwrap_or(0))
+                            .min(shared.config.max_deletion_delay),
+                    )
+                }
+                Deletion::After(delay) => Some(delay),
+                Deletion::Never => None,
+            };
+            if let Some(wait) = wait {
                 tasks.spawn(confirm_deletion(api, name, uid, wait));
             }
         }

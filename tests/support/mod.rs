@@ -4,4 +4,6 @@
 #![allow(dead_code)]
 
 pub mod apiserver;
+pub mod controlplane;
+pub mod host;
 pub mod kubelet;

@@ -7,6 +7,9 @@
 //! Pod's OpenAPI schema (v3 and v2) and server-side apply's rejection of undeclared fields.
 //! Talk to it through [`ApiServer::client`] (in process) or [`ApiServer::serve`] (TCP).
 //!
+//! Tables for custom resources (`kubectl get`) and core/v1 Events as a read-only view of
+//! events.k8s.io/v1 Events (`kubectl describe`) are served too.
+//!
 //! Not emulated: authentication, RBAC (only `SelfSubjectAccessReview` answers), admission
 //! beyond pod defaults, CRD schema validation, garbage collection (like envtest), pagination
 //! (`limit`/`continue` return everything).
@@ -18,6 +21,7 @@ mod resources;
 mod routes;
 mod selector;
 mod store;
+mod table;
 mod validate;
 mod watch;
 

@@ -22,6 +22,8 @@ pub enum Special {
     Node,
     AccessReview,
     Crd,
+    /// core/v1 Events: a read-only view of the events.k8s.io/v1 objects.
+    EventView,
 }
 
 #[derive(Clone, Debug)]
@@ -29,6 +31,8 @@ pub struct Version {
     pub name: String,
     pub served: bool,
     pub status: bool,
+    /// `additionalPrinterColumns` of a CRD version (server-side printing).
+    pub columns: Vec<Value>,
 }
 
 #[derive(Clone, Debug)]
@@ -71,6 +75,7 @@ impl ResourceDef {
                 name: version.to_string(),
                 served: true,
                 status: false,
+                columns: Vec::new(),
             }],
             special: Special::Plain,
             crd: false,
@@ -119,6 +124,15 @@ impl ResourceDef {
         self.versions.iter().any(|v| v.name == version && v.status)
     }
 
+    /// The printer columns of `version`.
+    pub fn columns(&self, version: &str) -> &[Value] {
+        self.versions
+            .iter()
+            .find(|v| v.name == version)
+            .map(|v| v.columns.as_slice())
+            .unwrap_or_default()
+    }
+
     /// `pods` or `browsers.selenosis.io`, as error messages name a resource.
     pub fn qualified(&self) -> String {
         if self.group.is_empty() {
@@ -140,6 +154,7 @@ impl ResourceDef {
     pub fn verbs(&self) -> Vec<&'static str> {
         match self.special {
             Special::AccessReview => vec!["create"],
+            Special::EventView => vec!["get", "list"],
             _ => ALL_VERBS.to_vec(),
         }
     }
@@ -176,7 +191,9 @@ pub fn builtins() -> Vec<ResourceDef> {
             .special(Special::Pod)
             .status()
             .short(&["po"], &["all"]),
-        ResourceDef::builtin("", "v1", "events", "Event", true).short(&["ev"], &[]),
+        ResourceDef::builtin("", "v1", "events", "Event", true)
+            .special(Special::EventView)
+            .short(&["ev"], &[]),
         ResourceDef::builtin("", "v1", "namespaces", "Namespace", false)
             .special(Special::Namespace)
             .status()
@@ -250,6 +267,10 @@ pub fn from_crd(crd: &Value) -> Result<ResourceDef, String> {
                         name: v["name"].as_str()?.to_string(),
                         served: v["served"].as_bool().unwrap_or(false),
                         status: v["subresources"]["status"].is_object(),
+                        columns: v["additionalPrinterColumns"]
+                            .as_array()
+                            .cloned()
+                            .unwrap_or_default(),
                     })
                 })
                 .collect()

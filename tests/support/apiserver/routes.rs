@@ -13,8 +13,10 @@ use serde_json::Value;
 
 use super::error::ApiError;
 use super::resources;
+use super::resources::Special;
 use super::selector::{FieldSelector, LabelSelector};
 use super::store::{DeleteOpts, PatchType, State, Target, WriteOpts};
+use super::table;
 use super::watch::{self, WatchParams, WatchStream};
 use super::{RequestRecord, Shared, lock};
 
@@ -26,8 +28,15 @@ pub fn router(shared: Shared) -> Router {
     Router::new().fallback(handle).with_state(shared)
 }
 
+/// Content type of aggregated discovery documents; clients decode by it.
+const AGGREGATED: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
+/// Content type of server-side printed Tables.
+const TABLE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io";
+
 enum Outcome {
     Reply(u16, Value),
+    /// A reply whose content type is not plain `application/json`.
+    Typed(u16, Value, &'static str),
     Watch(Box<WatchStream>),
 }
 
@@ -38,12 +47,16 @@ impl From<ApiError> for Outcome {
 }
 
 fn json_response(code: u16, body: &Value) -> Response {
+    typed_response(code, body, "application/json")
+}
+
+fn typed_response(code: u16, body: &Value, content_type: &'static str) -> Response {
     let mut response = Response::new(Body::from(serde_json::to_vec(body).unwrap_or_default()));
     *response.status_mut() =
         StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     response.headers_mut().insert(
         header::CONTENT_TYPE,
-        header::HeaderValue::from_static("application/json"),
+        header::HeaderValue::from_static(content_type),
     );
     response
 }
@@ -72,6 +85,7 @@ async fn handle(AxumState(shared): AxumState<Shared>, req: Request) -> Response 
     };
     match outcome {
         Outcome::Reply(code, body) => json_response(code, &body),
+        Outcome::Typed(code, body, content_type) => typed_response(code, &body, content_type),
         Outcome::Watch(ws) => {
             let mut response = Response::new(watch::body(shared, *ws));
             response.headers_mut().insert(
@@ -239,6 +253,9 @@ impl Incoming<'_> {
         match doc {
             Some(doc) if self.method == Method::GET => {
                 self.record(state, None, 200);
+                if doc["kind"] == "APIGroupDiscoveryList" {
+                    return Outcome::Typed(200, doc, AGGREGATED);
+                }
                 Outcome::Reply(200, doc)
             }
             Some(_) => {
@@ -337,7 +354,7 @@ impl Incoming<'_> {
             },
         };
         let code = match &outcome {
-            Outcome::Reply(code, _) => *code,
+            Outcome::Reply(code, _) | Outcome::Typed(code, _, _) => *code,
             Outcome::Watch(_) => 200,
         };
         self.record(state, Some(&call), code);
@@ -439,11 +456,20 @@ impl Incoming<'_> {
         let t = &call.target;
         let name = call.name.as_deref().unwrap_or("");
         let reply = |v: Value| Ok(Outcome::Reply(200, v));
+        if t.def.special == Special::EventView {
+            return self.event_view(state, call).map(|v| Outcome::Reply(200, v));
+        }
         match call.verb {
-            "get" => reply(state.get(t, name)?),
+            "get" => self.printed(state, t, vec![state.get(t, name)?], None),
             "list" => {
                 let (labels, fields) = self.selectors(t)?;
-                reply(state.list(t, |o| labels.matches(o) && fields.matches(o)))
+                let list = state.list(t, |o| labels.matches(o) && fields.matches(o));
+                let items = list["items"].as_array().cloned().unwrap_or_default();
+                if self.table_for(t) {
+                    let rv = list["metadata"]["resourceVersion"].as_str().unwrap_or("");
+                    return self.printed(state, t, items, Some(rv));
+                }
+                reply(list)
             }
             "watch" => {
                 let (labels, fields) = self.selectors(t)?;
@@ -534,6 +560,78 @@ impl Incoming<'_> {
             }
             _ => Err(ApiError::method_not_allowed("unsupported verb")),
         }
+    }
+}
+
+impl Incoming<'_> {
+    /// Whether the response is a Table: asked for, and a custom resource (built-in kinds
+    /// have printers of their own in the real server, not reproduced here).
+    fn table_for(&self, t: &Target) -> bool {
+        t.def.crd
+            && t.sub.is_none()
+            && self
+                .headers
+                .get(header::ACCEPT)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(table::wants_table)
+    }
+
+    /// One object (`rv` is `None`), as a Table when asked for.
+    fn printed(
+        &self,
+        state: &State,
+        t: &Target,
+        mut items: Vec<Value>,
+        rv: Option<&str>,
+    ) -> Result<Outcome, ApiError> {
+        if !self.table_for(t) {
+            return Ok(Outcome::Reply(200, items.pop().unwrap_or_default()));
+        }
+        let rv = match rv {
+            Some(rv) => rv.to_string(),
+            None => state.rv.to_string(),
+        };
+        let table = table::table(
+            &items,
+            t.def.columns(&t.version),
+            &rv,
+            self.param("includeObject"),
+            jiff::Timestamp::now(),
+        );
+        Ok(Outcome::Typed(200, table, TABLE))
+    }
+
+    /// get and list of core/v1 Events, served from the events.k8s.io/v1 objects; field
+    /// selectors apply to the core/v1 form (`involvedObject.name`, ...).
+    fn event_view(&self, state: &State, call: &Call) -> Result<Value, ApiError> {
+        let t = &call.target;
+        let source = state
+            .target_for("events.events.k8s.io", &t.ns)
+            .ok_or_else(ApiError::no_route)?;
+        if call.verb == "get" {
+            let name = call.name.as_deref().unwrap_or("");
+            return state
+                .get(&source, name)
+                .map(|e| table::core_event(&e))
+                .map_err(|_| ApiError::not_found(&t.def, name));
+        }
+        let (labels, fields) = self.selectors(t)?;
+        let list = state.list(&source, |o| {
+            let event = table::core_event(o);
+            labels.matches(&event) && fields.matches(&event)
+        });
+        let items: Vec<Value> = list["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(table::core_event)
+            .collect();
+        Ok(serde_json::json!({
+            "kind": "EventList",
+            "apiVersion": "v1",
+            "metadata": list["metadata"],
+            "items": items,
+        }))
     }
 }
 

@@ -340,7 +340,18 @@ impl State {
             .objects_of(&t.def.key(), &t.ns)
             .into_iter()
             .filter(|o| keep(o))
-            .map(|o| Self::present(t, o))
+            .map(|o| {
+                let mut item = Self::present(t, o);
+                // Built-in lists are typed: their items carry no apiVersion and kind (custom
+                // resources are stored whole and keep them).
+                if !t.def.crd
+                    && let Some(m) = item.as_object_mut()
+                {
+                    m.remove("apiVersion");
+                    m.remove("kind");
+                }
+                item
+            })
             .collect();
         json!({
             "kind": format!("{}List", t.def.kind),

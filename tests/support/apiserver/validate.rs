@@ -250,6 +250,17 @@ pub fn validate_pod(pod: &Value) -> Vec<Cause> {
     if let Some(name) = pod["metadata"]["name"].as_str() {
         check_subdomain("metadata.name", name, &mut out);
     }
+    // `ValidatePodSpecificAnnotations`: the deletion cost must be an int32.
+    const DELETION_COST: &str = "controller.kubernetes.io/pod-deletion-cost";
+    if let Some(cost) = pod["metadata"]["annotations"][DELETION_COST].as_str()
+        && cost.parse::<i32>().is_err()
+    {
+        out.push(Cause::invalid(
+            format!("metadata.annotations[{DELETION_COST}]"),
+            &json!(cost),
+            "must be a 32bit integer",
+        ));
+    }
     let spec = &pod["spec"];
     let mut volumes = HashSet::new();
     for (i, v) in spec["volumes"].as_array().into_iter().flatten().enumerate() {
