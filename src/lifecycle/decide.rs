@@ -514,9 +514,13 @@ fn set_status(plan: &mut Plan, obs: &Observed, desired: Value) {
 }
 
 /// A Browser already `Failed` or `Succeeded`: make sure the pod goes, keep the Browser
-/// visible for the retention, then delete it and release the finalizer.
+/// visible for the retention, then delete it and release the finalizer. A pod still
+/// terminating within its deletion timeout keeps the finalizer: the deletion path waits
+/// for it and forces it after the timeout, so no pod outlives its Browser (a pod on a dead
+/// node would otherwise stay Terminating with nobody to force it).
 fn terminal(obs: &Observed, settings: &Settings) -> Plan {
     let mut plan = Plan::default();
+    let mut pod_terminating = false;
     if let Some(pod) = obs.owned_pod() {
         match status::deletion_requested_at(pod) {
             None => {
@@ -532,7 +536,7 @@ fn terminal(obs: &Observed, settings: &Settings) -> Plan {
                 });
             }
             // Already terminating within its grace period: the kubelet finishes it.
-            Some(_) => {}
+            Some(_) => pod_terminating = true,
         }
     }
     let since = status::ready_since(obs.status()).unwrap_or_else(|| obs.created());
@@ -542,7 +546,7 @@ fn terminal(obs: &Observed, settings: &Settings) -> Plan {
         return plan;
     }
     plan.delete_browser = true;
-    plan.release_finalizer = obs.has_finalizer();
+    plan.release_finalizer = obs.has_finalizer() && !pod_terminating;
     plan
 }
 
@@ -969,7 +973,36 @@ mod tests {
         );
         let plan = run(&b, Some(&p), "2026-11-22T10:00:20Z", &Settings::default());
         assert_eq!(plan.delete_pod, None);
-        assert!(plan.delete_browser && plan.release_finalizer);
+        assert!(plan.delete_browser);
+        assert!(
+            !plan.release_finalizer,
+            "the finalizer waits for the terminating pod"
+        );
+
+        // Once deleted, the Browser waits for the pod and forces it after the timeout.
+        let mut deleted = b.clone();
+        deleted.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                "2026-11-22T10:00:21Z".parse().unwrap(),
+            ));
+        let plan = run(
+            &deleted,
+            Some(&p),
+            "2026-11-22T10:00:30Z",
+            &Settings::default(),
+        );
+        assert_eq!(plan.delete_pod, None);
+        assert!(!plan.release_finalizer);
+        let plan = run(
+            &deleted,
+            Some(&p),
+            "2026-11-22T10:06:00Z",
+            &Settings::default(),
+        );
+        assert_eq!(plan.delete_pod.unwrap().grace_seconds, Some(0));
+        assert!(plan.release_finalizer);
+        let plan = run(&deleted, None, "2026-11-22T10:00:35Z", &Settings::default());
+        assert!(plan.release_finalizer);
     }
 
     #[test]

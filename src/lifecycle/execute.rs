@@ -158,7 +158,13 @@ impl Target<'_> {
         // the Browser gone and counts nothing.
         let mut let_go = false;
         if plan.delete_browser {
-            let_go = self.delete_browser().await? && !plan.release_finalizer;
+            let held = self
+                .browser
+                .metadata
+                .finalizers
+                .as_ref()
+                .is_some_and(|f| f.iter().any(|f| f == keys::FINALIZER));
+            let_go = self.delete_browser().await? && !held;
         }
         if plan.release_finalizer {
             let_go |= self.release_finalizer().await?;
