@@ -98,8 +98,11 @@ impl Backend {
         let dir = TempDir::new("e2e-double");
         let kubeconfig = dir.join("kubeconfig");
         served.write_kubeconfig(&kubeconfig).unwrap();
+        // Like a real API server: the Pod schema is served, and an apply carrying a field
+        // it lacks is refused.
+        server.serve_openapi(true, true);
+        server.check_pod_fields(400);
         let client = server.client();
-        install_crds(&client).await.expect("the double serves CRDs");
         Self {
             kind: Kind::Double,
             client,
@@ -117,7 +120,6 @@ impl Backend {
             .await
             .map_err(|e| e.to_string())?;
         let client = plane.client().await.map_err(|e| e.to_string())?;
-        install_crds(&client).await?;
         controlplane::apply_dir(&client, &repo("rbac"))
             .await
             .map_err(|e| e.to_string())?;
@@ -715,6 +717,9 @@ struct Scenario {
     /// skipped on an existing cluster.
     simulated: bool,
     layout: Layout,
+    /// Runs alone, before the current CRDs are installed, and installs them itself (CRDs
+    /// are cluster-wide: no other scenario may run meanwhile).
+    before_crds: bool,
     run: Run,
 }
 
@@ -727,6 +732,7 @@ macro_rules! scenario {
             name: stringify!($f),
             simulated: $simulated,
             layout: $layout,
+            before_crds: false,
             run: |cx| Box::pin($f(cx)),
         }
     };
@@ -734,6 +740,14 @@ macro_rules! scenario {
 
 fn scenarios() -> Vec<Scenario> {
     vec![
+        Scenario {
+            before_crds: true,
+            ..scenario!(crds_applied_over_older_sets_keep_objects_and_sessions, true)
+        },
+        scenario!(
+            pod_fields_the_cluster_lacks_are_removed_with_a_warning,
+            true
+        ),
         scenario!(
             two_hundred_browsers_at_once_all_run_then_all_clean_up,
             false
@@ -1245,6 +1259,234 @@ async fn split_group_layout_runs_the_same(cx: Arc<Ctx>) {
 }
 
 /// The header cells of a kubectl table.
+/// Older CRD sets this operator's CRDs must replace with objects in place: every released
+/// set of ours (`testdata/crd-history/`, both layouts), and the selenosis Helm chart's (the Go
+/// controller's, split layout) when the upstream examples are beside the repository.
+fn older_crd_sets() -> Vec<(String, Layout, Vec<Value>)> {
+    let mut sets = Vec::new();
+    let mut releases: Vec<PathBuf> = std::fs::read_dir(repo("testdata/crd-history"))
+        .expect("testdata/crd-history")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .collect();
+    releases.sort();
+    let read = |dir: &Path| -> Vec<Value> {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+            .unwrap()
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+            .collect();
+        files.sort();
+        files
+            .iter()
+            .flat_map(|f| browser_controller::manifest::read_file(f).unwrap())
+            .collect()
+    };
+    for dir in releases {
+        let release = dir.file_name().unwrap().to_string_lossy().into_owned();
+        sets.push((format!("ours {release}"), Layout::Default, read(&dir)));
+        sets.push((
+            format!("ours {release} split-groups"),
+            Layout::SplitGroups,
+            read(&dir.join("split-groups")),
+        ));
+    }
+    let helm = repo("../shared/upstream-examples/selenosis-deploy");
+    if helm.is_dir() {
+        let crds = [
+            "crd-browser.helm-template.yaml",
+            "crd-browserconfig.helm-template.yaml",
+        ]
+        .iter()
+        .flat_map(|file| {
+            // The `{{ … }}` lines of the templates only switch them on and off.
+            let text: String = std::fs::read_to_string(helm.join(file))
+                .unwrap()
+                .lines()
+                .filter(|l| !l.trim_start().starts_with("{{"))
+                .map(|l| format!("{l}\n"))
+                .collect();
+            browser_controller::manifest::parse(&text, Path::new(file)).unwrap()
+        })
+        .collect();
+        sets.push(("the Helm chart's".to_string(), Layout::SplitGroups, crds));
+    } else {
+        println!(
+            "note: {} is absent; the Helm chart CRDs are not part of the upgrade scenario",
+            helm.display()
+        );
+    }
+    sets
+}
+
+/// Applies `crds` (server-side, as the harness applies `crds/`) and waits until served.
+async fn apply_crds(cx: &Ctx, label: &str, crds: &[Value]) {
+    let dir = TempDir::new("e2e-crds");
+    for (i, crd) in crds.iter().enumerate() {
+        std::fs::write(dir.join(&format!("{i:02}.json")), crd.to_string()).unwrap();
+    }
+    controlplane::apply_dir(&cx.be.client, dir.path())
+        .await
+        .unwrap_or_else(|e| panic!("{label} CRDs apply: {e}"));
+}
+
+/// `crds/` applied over each older set of CRDs keeps the objects stored under it, and the
+/// operator then runs their sessions. Runs before any other scenario: it installs the CRDs.
+async fn crds_applied_over_older_sets_keep_objects_and_sessions(cx: Arc<Ctx>) {
+    for (label, layout, crds) in older_crd_sets() {
+        apply_crds(&cx, &label, &crds).await;
+        let config = config_resource(layout);
+        let browser = browser_resource(layout);
+        let name = format!("up-{}", sets_slug(&label));
+        cx.create(
+            &config,
+            json!({"metadata": {"name": name}, "spec": cx.chrome_spec()}),
+        )
+        .await;
+        let created = cx
+            .create(
+                &browser,
+                json!({"metadata": {"name": name},
+                    "spec": {"browserName": "chrome", "browserVersion": "139.0"}}),
+            )
+            .await;
+
+        install_crds(&cx.be.client)
+            .await
+            .unwrap_or_else(|e| panic!("crds/ over {label}: {e}"));
+        let kept = cx
+            .api(&browser)
+            .get(&name)
+            .await
+            .unwrap_or_else(|e| panic!("{label}: Browser after the upgrade: {e}"));
+        assert_eq!(kept.metadata.uid, created.metadata.uid, "{label}");
+        assert_eq!(kept.data["spec"], created.data["spec"], "{label}");
+
+        let mut flags = vec![format!("--browser-api-group={}", layout.browser_group())];
+        flags.push(format!(
+            "--browserconfig-api-group={}",
+            layout.browserconfig_group()
+        ));
+        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+        cx.start_operator(&flags);
+        poll(WAIT, Duration::from_millis(100), || async {
+            let b = cx
+                .api(&browser)
+                .get(&name)
+                .await
+                .map_err(|e| e.to_string())?;
+            if b.data["status"]["phase"] == "Running" && b.data["status"]["podIP"].is_string() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{label}: Browser {name} not Running: {:?}",
+                    b.data.get("status")
+                ))
+            }
+        })
+        .await;
+        cx.api(&browser)
+            .delete(&name, &DeleteParams::default())
+            .await
+            .unwrap_or_else(|e| panic!("{label}: delete: {e}"));
+        poll(WAIT, Duration::from_millis(100), || async {
+            let browsers = Ctx::list(&cx.api(&browser)).await;
+            let pods = Ctx::list(&cx.pods()).await;
+            if browsers.is_empty() && pods.is_empty() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{label}: left: {:?} {:?}",
+                    names(&browsers),
+                    names(&pods)
+                ))
+            }
+        })
+        .await;
+        cx.kill_operator();
+        cx.api(&config)
+            .delete(&name, &DeleteParams::default())
+            .await
+            .unwrap_or_else(|e| panic!("{label}: delete config: {e}"));
+    }
+}
+
+fn sets_slug(label: &str) -> String {
+    label
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .collect::<String>()
+        .split('-')
+        .filter(|p| !p.is_empty())
+        .collect::<Vec<_>>()
+        .join("-")
+}
+
+/// A native sidecar (`restartPolicy` on an init container) is in the Pod schema from 1.28.
+/// A cluster without it gets the pod without the field and a Warning naming it; a cluster
+/// with it keeps it and hears nothing.
+async fn pod_fields_the_cluster_lacks_are_removed_with_a_warning(cx: Arc<Ctx>) {
+    const FIELD: &str = "spec.initContainers[seleniferous].restartPolicy";
+    let info = cx.be.client.apiserver_version().await.expect("/version");
+    let minor: u32 = info
+        .minor
+        .trim_end_matches('+')
+        .parse()
+        .unwrap_or_else(|_| panic!("minor version {:?}", info.minor));
+    let lacks = info.major == "1" && minor < 28;
+    cx.start_operator(&[]);
+    cx.create_config(
+        "sidecar",
+        json!({
+            "template": {
+                "initContainers": [{"name": "seleniferous", "image": cx.be.image,
+                    "restartPolicy": "Always", "ports": [{"containerPort": 4445}]}],
+                "ports": [{"containerPort": 4444}],
+            },
+            "browsers": {"chrome": {"139.0": {"image": cx.be.image}}}
+        }),
+    )
+    .await;
+    cx.create_browser("s1", json!({})).await;
+    let snap = cx.until_running("s1").await;
+    let pod = snap.pod("s1").expect("pod").clone();
+    let sidecar = &pod["spec"]["initContainers"][0];
+    let events = cx.api(&resource("events.k8s.io", "Event", "events"));
+    let notes: Vec<String> = Ctx::list(&events)
+        .await
+        .iter()
+        .filter(|e| e["regarding"]["name"] == "s1" && e["reason"] == "PodFieldsRemoved")
+        .filter_map(|e| e["note"].as_str().map(String::from))
+        .collect();
+    if lacks {
+        assert!(sidecar.get("restartPolicy").is_none(), "{pod:#}");
+        assert!(
+            notes.iter().any(|n| n.contains(FIELD)),
+            "a Warning names {FIELD}: {notes:?}"
+        );
+        let condition = cx.until_config("sidecar", "PodFieldsRemoved", "True").await;
+        assert!(
+            condition["message"]
+                .as_str()
+                .is_some_and(|m| m.contains(FIELD)),
+            "{condition}"
+        );
+    } else {
+        assert!(notes.is_empty(), "nothing removed on 1.{minor}: {notes:?}");
+        if cx.be.kind == Kind::Double {
+            // A real server may still drop the field where its feature gate is off (1.28).
+            assert_eq!(sidecar["restartPolicy"], "Always", "{pod:#}");
+        }
+    }
+    cx.delete_browser("s1").await;
+    cx.until_gone("s1").await;
+}
+
 fn header(out: &str) -> Vec<String> {
     out.lines()
         .next()
@@ -1447,6 +1689,35 @@ async fn run_backend(be: Backend, selected: &[&Scenario], tally: &mut Tally) {
         .filter(|&j: &usize| j > 0)
         .unwrap_or(4);
     let started = Instant::now();
+    let (before, selected): (Vec<&Scenario>, Vec<&Scenario>) =
+        selected.iter().copied().partition(|s| s.before_crds);
+    // An existing cluster got `crds/` when the backend started; nothing else is installed there.
+    let mut crds_installed = be.kind == Kind::Cluster;
+    for (i, s) in before.iter().enumerate() {
+        let label = format!("{}/{}", be.kind.name(), s.name);
+        if s.simulated && !be.simulated() {
+            println!("test {label} ... skipped (needs the kubelet simulator)");
+            tally.skipped += 1;
+            continue;
+        }
+        let t = Instant::now();
+        match run_one(be.clone(), s, 90 + i).await {
+            Ok(()) => {
+                println!("test {label} ... ok ({:.1}s)", t.elapsed().as_secs_f64());
+                tally.passed += 1;
+                crds_installed = true;
+            }
+            Err(e) => {
+                println!("test {label} ... FAILED\n{e}");
+                tally.failed.push(label);
+            }
+        }
+    }
+    if !crds_installed && let Err(e) = install_crds(&be.client).await {
+        println!("{}: cannot install crds/: {e}", be.kind.name());
+        tally.failed.push(format!("{}: crds", be.kind.name()));
+        return;
+    }
     let runs = selected.iter().enumerate().map(|(i, s)| {
         let be = be.clone();
         async move {
