@@ -4,7 +4,6 @@
 
 mod support;
 
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -21,11 +20,11 @@ use tokio::sync::oneshot;
 use browser_controller::api::crd::{self, Layout};
 use browser_controller::api::keys;
 use browser_controller::cli::Cli;
-use browser_controller::manifest;
 use browser_controller::metrics::Metrics;
 use browser_controller::operator;
 use support::apiserver::ApiServer;
 use support::kubelet::{Kubelet, KubeletHandle, Script};
+use support::upstream;
 
 const NS: &str = "sessions";
 const WAIT: Duration = Duration::from_secs(20);
@@ -399,37 +398,6 @@ fn labelled_by_operator(pod: &Value) -> bool {
     pod["metadata"]["labels"][keys::LABEL_MANAGED_BY] == keys::MANAGER
 }
 
-/// The CRDs of the selenosis Helm chart (the Go controller's), from the upstream examples
-/// beside the repository; `None`, with a note, when they are absent.
-fn helm_chart_crds() -> Option<Vec<Value>> {
-    let dir =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/upstream-examples/selenosis-deploy");
-    if !dir.is_dir() {
-        println!(
-            "note: {} is absent; upgrade from the Helm chart CRDs not run",
-            dir.display()
-        );
-        return None;
-    }
-    let crds = [
-        "crd-browser.helm-template.yaml",
-        "crd-browserconfig.helm-template.yaml",
-    ]
-    .iter()
-    .flat_map(|file| {
-        // The `{{ … }}` lines of the templates only switch them on and off.
-        let text: String = std::fs::read_to_string(dir.join(file))
-            .unwrap()
-            .lines()
-            .filter(|l| !l.trim_start().starts_with("{{"))
-            .map(|l| format!("{l}\n"))
-            .collect();
-        manifest::parse(&text, Path::new(file)).unwrap()
-    })
-    .collect();
-    Some(crds)
-}
-
 /// Which CRDs the cluster has when the Go-era session is made.
 enum Installed {
     /// Ours from the start.
@@ -559,7 +527,7 @@ async fn adoption_works_in_the_split_layout_with_an_owner_reference_of_the_other
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_go_era_session_survives_replacing_the_helm_chart_crds_with_ours() {
-    let Some(crds) = helm_chart_crds() else {
+    let Some(crds) = upstream::helm_chart_crds("upgrade from the Helm chart CRDs not run") else {
         return;
     };
     take_over_a_running_go_session(

@@ -12,6 +12,9 @@ use serde_json::{Value, json};
 use browser_controller::api::crd::{self, Layout};
 use browser_controller::manifest;
 
+mod support;
+use support::upstream;
+
 fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
@@ -261,42 +264,14 @@ fn crds_stay_additive_to_every_released_set() {
     }
 }
 
-fn upstream_dir() -> Option<PathBuf> {
-    let dir = repo().join("../shared/upstream-examples/selenosis-deploy");
-    if dir.is_dir() {
-        Some(dir)
-    } else {
-        println!(
-            "note: {} is absent; upgrade from the Helm chart CRDs not checked",
-            dir.display()
-        );
-        None
-    }
-}
-
-/// Reads an upstream Helm template of a CRD: the `{{ … }}` lines only switch it on and off.
-fn upstream_crd(dir: &Path, file: &str) -> Value {
-    let text: String = std::fs::read_to_string(dir.join(file))
-        .unwrap()
-        .lines()
-        .filter(|l| !l.trim_start().starts_with("{{"))
-        .map(|l| format!("{l}\n"))
-        .collect();
-    let mut objects = manifest::parse(&text, Path::new(file)).unwrap();
-    assert_eq!(objects.len(), 1);
-    objects.remove(0)
-}
-
 #[test]
 fn replacing_the_helm_chart_crds_keeps_names_columns_and_every_stored_field() {
-    let Some(dir) = upstream_dir() else {
+    let Some(helm) = upstream::helm_chart_crds("upgrade from the Helm chart CRDs not checked")
+    else {
         return;
     };
-    for (file, kind) in [
-        ("crd-browser.helm-template.yaml", "Browser"),
-        ("crd-browserconfig.helm-template.yaml", "BrowserConfig"),
-    ] {
-        let upstream = upstream_crd(&dir, file);
+    for kind in ["Browser", "BrowserConfig"] {
+        let upstream = crd_of(&helm, kind);
         let ours = crd_of(&crd::crds(Layout::SplitGroups), kind);
         for short in upstream["spec"]["names"]["shortNames"]
             .as_array()

@@ -40,6 +40,7 @@ use support::apiserver::{ApiServer, Fault, ServeHandle};
 use support::controlplane::{self, Assets, ControlPlane};
 use support::host::{self, TempDir, die_with_parent, kill, tail};
 use support::kubelet::{Deletion, Kubelet, KubeletConfig, KubeletHandle, Script};
+use support::upstream;
 
 const BIN: &str = env!("CARGO_BIN_EXE_browser-controller");
 /// Longest wait for one condition.
@@ -1290,30 +1291,10 @@ fn older_crd_sets() -> Vec<(String, Layout, Vec<Value>)> {
             read(&dir.join("split-groups")),
         ));
     }
-    let helm = repo("../shared/upstream-examples/selenosis-deploy");
-    if helm.is_dir() {
-        let crds = [
-            "crd-browser.helm-template.yaml",
-            "crd-browserconfig.helm-template.yaml",
-        ]
-        .iter()
-        .flat_map(|file| {
-            // The `{{ … }}` lines of the templates only switch them on and off.
-            let text: String = std::fs::read_to_string(helm.join(file))
-                .unwrap()
-                .lines()
-                .filter(|l| !l.trim_start().starts_with("{{"))
-                .map(|l| format!("{l}\n"))
-                .collect();
-            browser_controller::manifest::parse(&text, Path::new(file)).unwrap()
-        })
-        .collect();
+    if let Some(crds) =
+        upstream::helm_chart_crds("the Helm chart CRDs are not part of the upgrade scenario")
+    {
         sets.push(("the Helm chart's".to_string(), Layout::SplitGroups, crds));
-    } else {
-        println!(
-            "note: {} is absent; the Helm chart CRDs are not part of the upgrade scenario",
-            helm.display()
-        );
     }
     sets
 }

@@ -176,6 +176,17 @@ impl Env {
         self.server.get("pods", NS, name)
     }
 
+    /// Waits until BrowserConfig `name` carries a condition of type `kind`.
+    async fn until_config_condition(&self, name: &str, kind: &str) {
+        self.until(&format!("the {kind} condition of {name}"), |e| {
+            e.server
+                .get("browserconfigs", NS, name)
+                .and_then(|c| c["status"]["conditions"].as_array().cloned())
+                .is_some_and(|cs| condition(&cs, kind).is_some())
+        })
+        .await;
+    }
+
     /// Reasons of the Events about object `name`, sorted.
     fn event_reasons(&self, name: &str) -> Vec<String> {
         let mut reasons: Vec<String> = self
@@ -554,13 +565,8 @@ async fn assert_reported(env: &Env) {
             && notes[0].contains(CLAIMS),
         "{notes:?}"
     );
-    env.until("the PodFieldsRemoved condition", |e| {
-        e.server
-            .get("browserconfigs", NS, "sidecars")
-            .and_then(|c| c["status"]["conditions"].as_array().cloned())
-            .is_some_and(|cs| condition(&cs, "PodFieldsRemoved").is_some())
-    })
-    .await;
+    env.until_config_condition("sidecars", "PodFieldsRemoved")
+        .await;
     let conditions = env.judged_conditions("sidecars").await;
     let removed = condition(&conditions, "PodFieldsRemoved").unwrap();
     assert_eq!(removed["status"], "True");
@@ -692,13 +698,8 @@ async fn a_dry_run_rejected_for_a_stale_schema_is_judged_again_with_the_new_one(
     // The config's first dry run carries the fields and is rejected; the entry is not
     // called invalid for it, but judged again with the refetched schema.
     env.create_config("sidecars", sidecar_spec()).await;
-    env.until("the PodFieldsRemoved condition", |e| {
-        e.server
-            .get("browserconfigs", NS, "sidecars")
-            .and_then(|c| c["status"]["conditions"].as_array().cloned())
-            .is_some_and(|cs| condition(&cs, "PodFieldsRemoved").is_some())
-    })
-    .await;
+    env.until_config_condition("sidecars", "PodFieldsRemoved")
+        .await;
     let rejected_dry_runs = env
         .server
         .requests()

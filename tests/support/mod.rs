@@ -7,3 +7,4 @@ pub mod apiserver;
 pub mod controlplane;
 pub mod host;
 pub mod kubelet;
+pub mod upstream;
