@@ -54,6 +54,7 @@ use measure::Cpu;
 use report::{Baseline, Cost, Idle, Report, Run, Setup};
 use requests::RequestLog;
 use support::apiserver::ApiServer;
+use support::controlplane::{self, Assets, ControlPlane};
 use support::kubelet::{Kubelet, KubeletConfig, Script};
 
 #[global_allocator]
@@ -228,7 +229,7 @@ fn main() -> ExitCode {
 }
 
 fn run(args: &Args) -> Result<(), BenchError> {
-    let plan = Plan::from(args);
+    let mut plan = Plan::from(args);
     let threads = std::thread::available_parallelism().map_or(2, usize::from);
     // The operator gets the runtime it would have as a process of its own.
     let operator_rt = tokio::runtime::Builder::new_multi_thread()
@@ -241,9 +242,24 @@ fn run(args: &Args) -> Result<(), BenchError> {
         .thread_name("bench")
         .enable_all()
         .build()?;
-    let report = bench_rt.block_on(bench(&plan, operator_rt.handle().clone(), threads))?;
+    // Without --kubeconfig, the real control plane of the end-to-end suite when
+    // KUBEBUILDER_ASSETS names one (spawned from this thread, which outlives the run).
+    let plane = match (&plan.kubeconfig, Assets::from_env()) {
+        (None, Ok(Some(assets))) => {
+            let plane = bench_rt.block_on(start_control_plane(&assets))?;
+            plan.kubeconfig = Some(plane.admin_kubeconfig());
+            Some(plane)
+        }
+        (None, Err(e)) => return Err(BenchError::Fixture(e.to_string())),
+        _ => None,
+    };
+    let report = bench_rt.block_on(bench(&plan, operator_rt.handle().clone(), threads));
     operator_rt.shutdown_timeout(Duration::from_secs(1));
     bench_rt.shutdown_timeout(Duration::from_secs(1));
+    if let Some(plane) = plane {
+        plane.stop();
+    }
+    let report = report?;
     print!("{}", report.table());
     if let Some(path) = &args.json {
         std::fs::write(
@@ -253,6 +269,23 @@ fn run(args: &Args) -> Result<(), BenchError> {
         println!("results written to {}", path.display());
     }
     Ok(())
+}
+
+/// Starts etcd and kube-apiserver from `assets` and installs `crds/`.
+async fn start_control_plane(assets: &Assets) -> Result<ControlPlane, BenchError> {
+    println!("starting kube-apiserver and etcd from KUBEBUILDER_ASSETS");
+    let plane = ControlPlane::start(assets)
+        .await
+        .map_err(|e| BenchError::Fixture(format!("control plane: {e}")))?;
+    let client = plane
+        .client()
+        .await
+        .map_err(|e| BenchError::Fixture(format!("control plane client: {e}")))?;
+    let crds = Path::new(env!("CARGO_MANIFEST_DIR")).join("crds");
+    controlplane::apply_dir(&client, &crds)
+        .await
+        .map_err(|e| BenchError::Fixture(format!("installing crds/: {e}")))?;
+    Ok(plane)
 }
 
 /// The kinds the benchmark creates, in the default group layout (`crds/`).

@@ -335,6 +335,10 @@ const KEPT_STATUS_LISTS: [(&str, &[&str]); 3] = [
     ),
 ];
 
+/// The only pod condition anything reads: why a pod is unschedulable, and when it was
+/// scheduled (startup metrics). A kubelet reports four more.
+const KEPT_CONDITION: &str = "PodScheduled";
+
 /// Cuts a pod down to what decisions read before it enters the cache: no managedFields, no
 /// annotations, and of spec and status only the fields above. Env, resources, volumes and
 /// the like, and what kubelets add to statuses (image and container IDs, last states,
@@ -357,6 +361,9 @@ fn prune_pod(pod: &mut DynamicObject) {
             }
         }
         keep_lists(&mut full, status, &KEPT_STATUS_LISTS);
+        if let Some(Value::Array(conditions)) = status.get_mut("conditions") {
+            conditions.retain(|c| c.get("type").and_then(Value::as_str) == Some(KEPT_CONDITION));
+        }
     }
 }
 
@@ -930,14 +937,15 @@ mod tests {
         let kubelet = json!({"imageID": "i@sha256:1", "containerID": "c://1", "ready": true, "started": true, "lastState": {}});
         pod["status"] = json!({"phase": "Running", "podIP": "10.1.2.3", "podIPs": [{"ip": "10.1.2.3"}], "hostIP": "10.0.0.2",
             "qosClass": "Burstable", "startTime": "2026-11-22T10:00:01Z", "reason": "R", "message": "M",
-            "conditions": [{"type": "Ready", "status": "True", "lastProbeTime": null, "lastTransitionTime": "2026-11-22T10:00:03Z", "reason": "R", "message": "M"}],
+            "conditions": [{"type": "Ready", "status": "True", "lastProbeTime": null, "lastTransitionTime": "2026-11-22T10:00:03Z", "reason": "R", "message": "M"},
+                {"type": "PodScheduled", "status": "True", "lastProbeTime": null, "lastTransitionTime": "2026-11-22T10:00:01Z", "reason": "R", "message": "M"}],
             "containerStatuses": [state(kubelet.clone())], "initContainerStatuses": [state(kubelet)]});
         let mut object: DynamicObject = serde_json::from_value(pod.clone()).unwrap();
         prune_pod(&mut object);
         assert_eq!(
             object.data["status"],
             json!({"phase": "Running", "podIP": "10.1.2.3", "startTime": "2026-11-22T10:00:01Z", "reason": "R", "message": "M",
-                "conditions": [{"type": "Ready", "status": "True", "reason": "R", "message": "M", "lastTransitionTime": "2026-11-22T10:00:03Z"}],
+                "conditions": [{"type": "PodScheduled", "status": "True", "reason": "R", "message": "M", "lastTransitionTime": "2026-11-22T10:00:01Z"}],
                 "containerStatuses": [state(json!({}))], "initContainerStatuses": [state(json!({}))]})
         );
         assert!(object.metadata.annotations.is_none());
