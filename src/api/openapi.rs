@@ -33,7 +33,7 @@ pub enum FetchError {
         #[source]
         source: kube::Error,
     },
-    #[error("{path} is not JSON: {source}")]
+    #[error("{path}: not an OpenAPI document with schemas: {source}")]
     Json {
         path: String,
         #[source]
@@ -56,7 +56,29 @@ pub enum FetchError {
     },
 }
 
-async fn get_json(client: &Client, path: &str) -> Result<Value, FetchError> {
+/// The part of an OpenAPI v3 document the Pod schema comes from. Parsing into it skips
+/// everything else (`paths`, most of the document) without building it, which keeps the
+/// start-up peak of memory down.
+#[derive(serde::Deserialize)]
+struct V3Document {
+    components: V3Components,
+}
+
+#[derive(serde::Deserialize)]
+struct V3Components {
+    schemas: serde_json::Map<String, Value>,
+}
+
+/// The part of an OpenAPI v2 document the Pod schema comes from (see [`V3Document`]).
+#[derive(serde::Deserialize)]
+struct V2Document {
+    definitions: serde_json::Map<String, Value>,
+}
+
+async fn get_json<T: serde::de::DeserializeOwned>(
+    client: &Client,
+    path: &str,
+) -> Result<T, FetchError> {
     let request = http::Request::get(path)
         .header(http::header::ACCEPT, "application/json")
         .body(Vec::new())
@@ -78,19 +100,21 @@ async fn get_json(client: &Client, path: &str) -> Result<Value, FetchError> {
 }
 
 async fn fetch_v3(client: &Client) -> Result<PodSchema, FetchError> {
-    let discovery = get_json(client, "/openapi/v3").await?;
+    let discovery: Value = get_json(client, "/openapi/v3").await?;
     let path = discovery
         .pointer("/paths/api~1v1/serverRelativeURL")
         .and_then(Value::as_str)
         .ok_or(FetchError::NoCoreGroup)?
         .to_string();
-    let doc = get_json(client, &path).await?;
+    let doc: V3Document = get_json(client, &path).await?;
+    let doc = serde_json::json!({"components": {"schemas": doc.components.schemas}});
     PodSchema::from_openapi_v3(&doc).map_err(|source| FetchError::Schema { path, source })
 }
 
 async fn fetch_v2(client: &Client) -> Result<PodSchema, FetchError> {
     let path = "/openapi/v2";
-    let doc = get_json(client, path).await?;
+    let doc: V2Document = get_json(client, path).await?;
+    let doc = serde_json::json!({"definitions": doc.definitions});
     PodSchema::from_openapi_v2(&doc).map_err(|source| FetchError::Schema {
         path: path.to_string(),
         source,
