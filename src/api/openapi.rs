@@ -107,15 +107,14 @@ async fn fetch_v3(client: &Client) -> Result<PodSchema, FetchError> {
         .ok_or(FetchError::NoCoreGroup)?
         .to_string();
     let doc: V3Document = get_json(client, &path).await?;
-    let doc = serde_json::json!({"components": {"schemas": doc.components.schemas}});
-    PodSchema::from_openapi_v3(&doc).map_err(|source| FetchError::Schema { path, source })
+    PodSchema::from_v3_schemas(&doc.components.schemas)
+        .map_err(|source| FetchError::Schema { path, source })
 }
 
 async fn fetch_v2(client: &Client) -> Result<PodSchema, FetchError> {
     let path = "/openapi/v2";
     let doc: V2Document = get_json(client, path).await?;
-    let doc = serde_json::json!({"definitions": doc.definitions});
-    PodSchema::from_openapi_v2(&doc).map_err(|source| FetchError::Schema {
+    PodSchema::from_v2_definitions(&doc.definitions).map_err(|source| FetchError::Schema {
         path: path.to_string(),
         source,
     })

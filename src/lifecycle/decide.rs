@@ -114,6 +114,15 @@ impl Plan {
     }
 }
 
+/// Whether the operator's finalizer is on `browser`.
+pub fn holds_finalizer(browser: &DynamicObject) -> bool {
+    browser
+        .metadata
+        .finalizers
+        .as_ref()
+        .is_some_and(|f| f.iter().any(|x| x == keys::FINALIZER))
+}
+
 /// The state a reconcile starts from. `pod: None` means the pod is confirmed absent.
 pub struct Observed<'a> {
     pub browser: &'a DynamicObject,
@@ -131,11 +140,7 @@ impl Observed<'_> {
     }
 
     fn has_finalizer(&self) -> bool {
-        self.browser
-            .metadata
-            .finalizers
-            .as_ref()
-            .is_some_and(|f| f.iter().any(|x| x == keys::FINALIZER))
+        holds_finalizer(self.browser)
     }
 
     fn created(&self) -> Timestamp {

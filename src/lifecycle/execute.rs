@@ -8,7 +8,7 @@ use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, Preconditi
 use kube::core::ApiResource;
 use serde_json::{Value, json};
 
-use super::decide::{Event, Plan, PodAdoption, PodDelete};
+use super::decide::{Event, Plan, PodAdoption, PodDelete, holds_finalizer};
 use super::status::Failure;
 use crate::api::keys;
 use crate::api::openapi::is_unknown_field_rejection;
@@ -158,12 +158,7 @@ impl Target<'_> {
         // the Browser gone and counts nothing.
         let mut let_go = false;
         if plan.delete_browser {
-            let held = self
-                .browser
-                .metadata
-                .finalizers
-                .as_ref()
-                .is_some_and(|f| f.iter().any(|f| f == keys::FINALIZER));
+            let held = holds_finalizer(self.browser);
             let_go = self.delete_browser().await? && !held;
         }
         if plan.release_finalizer {

@@ -50,11 +50,16 @@ impl PodSchema {
     /// From the `/openapi/v3/api/v1` document: `components.schemas`, references
     /// `#/components/schemas/NAME`.
     pub fn from_openapi_v3(doc: &Value) -> Result<PodSchema, SchemaError> {
-        let definitions = doc
+        let schemas = doc
             .pointer("/components/schemas")
             .and_then(Value::as_object)
             .ok_or(SchemaError::NoDefinitions("components.schemas"))?;
-        Builder::new(definitions, "#/components/schemas/").build()
+        Self::from_v3_schemas(schemas)
+    }
+
+    /// From the `components.schemas` of an OpenAPI v3 document.
+    pub fn from_v3_schemas(schemas: &Map<String, Value>) -> Result<PodSchema, SchemaError> {
+        Builder::new(schemas, "#/components/schemas/").build()
     }
 
     /// From the `/openapi/v2` document: `definitions`, references `#/definitions/NAME`.
@@ -63,6 +68,11 @@ impl PodSchema {
             .get("definitions")
             .and_then(Value::as_object)
             .ok_or(SchemaError::NoDefinitions("definitions"))?;
+        Self::from_v2_definitions(definitions)
+    }
+
+    /// From the `definitions` of an OpenAPI v2 document.
+    pub fn from_v2_definitions(definitions: &Map<String, Value>) -> Result<PodSchema, SchemaError> {
         Builder::new(definitions, "#/definitions/").build()
     }
 
