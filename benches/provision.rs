@@ -55,6 +55,7 @@ use report::{Baseline, Cost, Idle, Report, Run, Setup};
 use requests::RequestLog;
 use support::apiserver::ApiServer;
 use support::controlplane::{self, Assets, ControlPlane};
+use support::kinds;
 use support::kubelet::{Kubelet, KubeletConfig, Script};
 
 #[global_allocator]
@@ -297,17 +298,10 @@ struct Kinds {
 
 impl Kinds {
     fn new() -> Self {
-        let custom = |kind: &str, plural: &str| ApiResource {
-            group: keys::DEFAULT_GROUP.into(),
-            version: keys::VERSION.into(),
-            api_version: format!("{}/{}", keys::DEFAULT_GROUP, keys::VERSION),
-            kind: kind.into(),
-            plural: plural.into(),
-        };
         Kinds {
-            browser: custom(keys::BROWSER_KIND, "browsers"),
-            config: custom(keys::BROWSERCONFIG_KIND, "browserconfigs"),
-            pod: ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&()),
+            browser: kinds::browser_resource(Layout::Default),
+            config: kinds::config_resource(Layout::Default),
+            pod: kinds::pod_resource(),
         }
     }
 }

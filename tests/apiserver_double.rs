@@ -15,7 +15,9 @@ use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Client, ResourceExt, discovery};
 use serde_json::{Value, json};
 
+use browser_controller::api::crd::Layout;
 use support::apiserver::{ApiServer, Fault};
+use support::kinds::{browser_resource, pod_resource};
 use support::kubelet::{Kubelet, Script};
 
 fn browser_crd() -> Value {
@@ -37,17 +39,6 @@ fn browser_crd() -> Value {
             }],
         },
     })
-}
-
-fn browser_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("selenosis.io", "v1", "Browser"),
-        "browsers",
-    )
-}
-
-fn pod_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("", "v1", "Pod"), "pods")
 }
 
 /// A server with the Browser CRD, a client, and the Browser API in `default`.
@@ -322,9 +313,9 @@ async fn label_and_field_selectors_on_lists() {
             .await,
     );
     assert_eq!(bad.code, 400);
-    let other = Api::namespaced_with(client.clone(), "other", &browser_resource());
+    let other = Api::namespaced_with(client.clone(), "other", &browser_resource(Layout::Default));
     create(&other, browser("d")).await;
-    let all = Api::<DynamicObject>::all_with(client, &browser_resource());
+    let all = Api::<DynamicObject>::all_with(client, &browser_resource(Layout::Default));
     assert_eq!(
         all.list(&ListParams::default()).await.unwrap().items.len(),
         4
@@ -344,9 +335,9 @@ async fn label_and_field_selectors_on_lists() {
 async fn watcher_and_reflector_see_changes_in_order() {
     let (_server, client, browsers) = setup().await;
     create(&browsers, browser("before")).await;
-    let writer = reflector::store::Writer::new(browser_resource());
+    let writer = reflector::store::Writer::new(browser_resource(Layout::Default));
     let reader = writer.as_reader();
-    let all = Api::<DynamicObject>::all_with(client, &browser_resource());
+    let all = Api::<DynamicObject>::all_with(client, &browser_resource(Layout::Default));
     let mut events = reflector(writer, watcher(all, watcher::Config::default()))
         .default_backoff()
         .boxed();
@@ -409,7 +400,7 @@ async fn watcher_and_reflector_see_changes_in_order() {
 async fn streaming_list_watch_ends_initial_events_with_a_bookmark() {
     let (_server, client, browsers) = setup().await;
     create(&browsers, browser("a")).await;
-    let all = Api::<DynamicObject>::all_with(client, &browser_resource());
+    let all = Api::<DynamicObject>::all_with(client, &browser_resource(Layout::Default));
     let config = watcher::Config::default().streaming_lists();
     let mut events = watcher(all, config).boxed();
     let mut got = Vec::new();
@@ -1106,7 +1097,7 @@ async fn recv(rx: &mut tokio::sync::mpsc::UnboundedReceiver<String>) -> String {
 #[tokio::test]
 async fn watchers_recover_from_dropped_watches_and_compaction() {
     let (server, client, browsers) = setup().await;
-    let mut names = watch_names(Api::all_with(client, &browser_resource()));
+    let mut names = watch_names(Api::all_with(client, &browser_resource(Layout::Default)));
     create(&browsers, browser("one")).await;
     assert_eq!(recv(&mut names).await, "one");
     eventually(async || (server.open_watches() == 1).then_some(())).await;
@@ -1226,7 +1217,7 @@ async fn access_denials_name_subresources_and_namespaces_like_rbac_rules() {
 #[tokio::test]
 async fn many_objects_and_concurrent_watchers() {
     let (_server, client, browsers) = setup().await;
-    let all = Api::<DynamicObject>::all_with(client, &browser_resource());
+    let all = Api::<DynamicObject>::all_with(client, &browser_resource(Layout::Default));
     let watchers: Vec<_> = (0..30)
         .map(|_| {
             let all = all.clone();
@@ -1460,7 +1451,11 @@ async fn serves_over_tcp_for_other_processes() {
     .await
     .unwrap();
     let client = Client::try_from(config).unwrap();
-    let remote = Api::<DynamicObject>::namespaced_with(client, "default", &browser_resource());
+    let remote = Api::<DynamicObject>::namespaced_with(
+        client,
+        "default",
+        &browser_resource(Layout::Default),
+    );
     create(&remote, browser("tcp")).await;
     assert!(server.get("browsers", "default", "tcp").is_some());
     std::fs::remove_dir_all(&dir).unwrap();
@@ -1669,7 +1664,7 @@ async fn custom_resources_are_printed_as_tables_with_their_printer_columns() {
     ]);
     server.install_crd(&crd).unwrap();
     let client = server.client();
-    let browsers = Api::namespaced_with(client, "default", &browser_resource());
+    let browsers = Api::namespaced_with(client, "default", &browser_resource(Layout::Default));
     create(&browsers, browser("b1")).await;
 
     let path = "/apis/selenosis.io/v1/namespaces/default/browsers";

@@ -23,6 +23,8 @@ use browser_controller::cli::Cli;
 use browser_controller::metrics::Metrics;
 use browser_controller::operator;
 use support::apiserver::ApiServer;
+use support::host;
+use support::kinds::{browser_resource, config_resource, pod_resource};
 use support::kubelet::{Kubelet, KubeletHandle, Script};
 use support::upstream;
 
@@ -33,32 +35,6 @@ const GO_MANAGER: &str = "browser-controller-go";
 /// Node of the pods the Go controller started; the simulated kubelet runs `node-1` and
 /// leaves them alone, so the test plays their kubelet.
 const GO_NODE: &str = "go-node";
-
-fn browser_resource(layout: Layout) -> ApiResource {
-    let group = layout.browser_group();
-    ApiResource {
-        group: group.into(),
-        version: "v1".into(),
-        api_version: format!("{group}/v1"),
-        kind: "Browser".into(),
-        plural: "browsers".into(),
-    }
-}
-
-fn config_resource(layout: Layout) -> ApiResource {
-    let group = layout.browserconfig_group();
-    ApiResource {
-        group: group.into(),
-        version: "v1".into(),
-        api_version: format!("{group}/v1"),
-        kind: "BrowserConfig".into(),
-        plural: "browserconfigs".into(),
-    }
-}
-
-fn pod_resource() -> ApiResource {
-    ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&())
-}
 
 fn go_post() -> PostParams {
     PostParams {
@@ -230,16 +206,19 @@ impl Env {
     }
 
     async fn until(&self, what: &str, check: impl Fn(&Env) -> bool) {
-        let deadline = tokio::time::Instant::now() + WAIT;
-        while !check(self) {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "timed out waiting for {what}; browsers: {:#?}; pods: {:#?}",
-                self.server.list("browsers", NS),
-                self.server.list("pods", NS)
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        host::until_async(
+            what,
+            WAIT,
+            || check(self),
+            || {
+                format!(
+                    "browsers: {:#?}; pods: {:#?}",
+                    self.server.list("browsers", NS),
+                    self.server.list("pods", NS)
+                )
+            },
+        )
+        .await;
     }
 
     async fn create_config(&self, layout: Layout, name: &str, spec: Value) {

@@ -1,23 +1,17 @@
-//! Upgrades of the CRDs (issue: schema changes stay additive): applying `crds/` over an
+//! Upgrades of the CRDs: schema changes stay additive, so applying `crds/` over an
 //! older set must keep every stored object valid and readable. Compared against each
 //! released set under `testdata/crd-history/` and against the CRDs of the selenosis Helm
 //! chart (the Go browser-controller's), which `crds/split-groups/` replaces.
 //!
 //! When a release changes `crds/`, copy its `crds/` to `testdata/crd-history/<version>/`.
 
-use std::path::{Path, PathBuf};
-
 use serde_json::{Value, json};
 
 use browser_controller::api::crd::{self, Layout};
-use browser_controller::manifest;
 
 mod support;
+use support::crd_history::released_sets;
 use support::upstream;
-
-fn repo() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
 
 /// Constraints whose new or smaller value can refuse a stored value.
 const UPPER_BOUNDS: [&str; 4] = ["maxLength", "maxItems", "maxProperties", "maximum"];
@@ -150,17 +144,6 @@ fn crd_of(crds: &[Value], kind: &str) -> Value {
         .unwrap_or_else(|| panic!("no {kind} CRD"))
 }
 
-fn read_crds(dir: &Path) -> Vec<Value> {
-    let mut objects = Vec::new();
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.extension().is_some_and(|e| e == "yaml") {
-            objects.extend(manifest::read_file(&path).unwrap());
-        }
-    }
-    objects
-}
-
 #[test]
 fn the_check_names_every_change_that_can_break_stored_objects() {
     let old = json!({
@@ -233,33 +216,17 @@ fn the_check_names_every_change_that_can_break_stored_objects() {
     );
 }
 
-/// Every released CRD set: `testdata/crd-history/<version>/` (and its `split-groups/`).
-fn released_sets() -> Vec<(PathBuf, Layout)> {
-    let mut sets = Vec::new();
-    for entry in std::fs::read_dir(repo().join("testdata/crd-history")).unwrap() {
-        let dir = entry.unwrap().path();
-        sets.push((dir.clone(), Layout::Default));
-        sets.push((dir.join("split-groups"), Layout::SplitGroups));
-    }
-    sets.sort_by(|a, b| a.0.cmp(&b.0));
-    sets
-}
-
 #[test]
 fn crds_stay_additive_to_every_released_set() {
     let sets = released_sets();
     assert!(!sets.is_empty());
-    for (dir, layout) in sets {
-        let old = read_crds(&dir);
-        assert_eq!(old.len(), 2, "{}", dir.display());
-        let current = crd::crds(layout);
+    for set in sets {
+        let at = format!("release {} {:?}", set.release, set.layout);
+        assert_eq!(set.crds.len(), 2, "{at}");
+        let current = crd::crds(set.layout);
         for kind in ["Browser", "BrowserConfig"] {
-            let changes = crd_changes(&crd_of(&old, kind), &crd_of(&current, kind));
-            assert!(
-                changes.is_empty(),
-                "{kind} against {}: {changes:#?}",
-                dir.display()
-            );
+            let changes = crd_changes(&crd_of(&set.crds, kind), &crd_of(&current, kind));
+            assert!(changes.is_empty(), "{kind} against {at}: {changes:#?}");
         }
     }
 }

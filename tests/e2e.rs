@@ -38,7 +38,9 @@ use browser_controller::api::crd::Layout;
 use browser_controller::api::keys;
 use support::apiserver::{ApiServer, Fault, ServeHandle};
 use support::controlplane::{self, Assets, ControlPlane};
+use support::crd_history;
 use support::host::{self, TempDir, die_with_parent, kill, tail};
+use support::kinds::{browser_resource, config_resource, pod_resource};
 use support::kubelet::{Deletion, Kubelet, KubeletConfig, KubeletHandle, Script};
 use support::upstream;
 
@@ -209,22 +211,6 @@ fn resource(group: &str, kind: &str, plural: &str) -> ApiResource {
         kind: kind.into(),
         plural: plural.into(),
     }
-}
-
-fn browser_resource(layout: Layout) -> ApiResource {
-    resource(layout.browser_group(), "Browser", "browsers")
-}
-
-fn config_resource(layout: Layout) -> ApiResource {
-    resource(
-        layout.browserconfig_group(),
-        "BrowserConfig",
-        "browserconfigs",
-    )
-}
-
-fn pod_resource() -> ApiResource {
-    resource("", "Pod", "pods")
 }
 
 /// Browsers and pods of the namespace at one moment.
@@ -1259,38 +1245,20 @@ async fn split_group_layout_runs_the_same(cx: Arc<Ctx>) {
     cx.until_gone("split").await;
 }
 
-/// The header cells of a kubectl table.
 /// Older CRD sets this operator's CRDs must replace with objects in place: every released
 /// set of ours (`testdata/crd-history/`, both layouts), and the selenosis Helm chart's (the Go
 /// controller's, split layout) when the upstream examples are beside the repository.
 fn older_crd_sets() -> Vec<(String, Layout, Vec<Value>)> {
-    let mut sets = Vec::new();
-    let mut releases: Vec<PathBuf> = std::fs::read_dir(repo("testdata/crd-history"))
-        .expect("testdata/crd-history")
-        .filter_map(|e| e.ok().map(|e| e.path()))
+    let mut sets: Vec<(String, Layout, Vec<Value>)> = crd_history::released_sets()
+        .into_iter()
+        .map(|set| {
+            let label = match set.layout {
+                Layout::Default => format!("ours {}", set.release),
+                Layout::SplitGroups => format!("ours {} split-groups", set.release),
+            };
+            (label, set.layout, set.crds)
+        })
         .collect();
-    releases.sort();
-    let read = |dir: &Path| -> Vec<Value> {
-        let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-            .unwrap()
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
-            .collect();
-        files.sort();
-        files
-            .iter()
-            .flat_map(|f| browser_controller::manifest::read_file(f).unwrap())
-            .collect()
-    };
-    for dir in releases {
-        let release = dir.file_name().unwrap().to_string_lossy().into_owned();
-        sets.push((format!("ours {release}"), Layout::Default, read(&dir)));
-        sets.push((
-            format!("ours {release} split-groups"),
-            Layout::SplitGroups,
-            read(&dir.join("split-groups")),
-        ));
-    }
     if let Some(crds) =
         upstream::helm_chart_crds("the Helm chart CRDs are not part of the upgrade scenario")
     {
@@ -1301,11 +1269,7 @@ fn older_crd_sets() -> Vec<(String, Layout, Vec<Value>)> {
 
 /// Applies `crds` (server-side, as the harness applies `crds/`) and waits until served.
 async fn apply_crds(cx: &Ctx, label: &str, crds: &[Value]) {
-    let dir = TempDir::new("e2e-crds");
-    for (i, crd) in crds.iter().enumerate() {
-        std::fs::write(dir.join(&format!("{i:02}.json")), crd.to_string()).unwrap();
-    }
-    controlplane::apply_dir(&cx.be.client, dir.path())
+    controlplane::apply_crds(&cx.be.client, crds)
         .await
         .unwrap_or_else(|e| panic!("{label} CRDs apply: {e}"));
 }
@@ -1468,6 +1432,7 @@ async fn pod_fields_the_cluster_lacks_are_removed_with_a_warning(cx: Arc<Ctx>) {
     cx.until_gone("s1").await;
 }
 
+/// The header cells of a kubectl table.
 fn header(out: &str) -> Vec<String> {
     out.lines()
         .next()

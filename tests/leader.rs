@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use kube::Client;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
-use kube::core::ApiResource;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -24,6 +23,7 @@ use browser_controller::metrics::Metrics;
 use browser_controller::operator::{self, RunError};
 use support::apiserver::{ApiServer, Fault};
 use support::host::{TempDir, free_port, http_get};
+use support::kinds::{browser_resource, config_resource};
 use support::kubelet::{Kubelet, KubeletHandle, Script};
 
 const NS: &str = "sessions";
@@ -39,16 +39,6 @@ const ELECTION: [&str; 5] = [
     "--leader-election-renew-deadline=2s",
     "--leader-election-retry-period=250ms",
 ];
-
-fn browser_resource() -> ApiResource {
-    ApiResource {
-        group: "selenosis.io".into(),
-        version: "v1".into(),
-        api_version: "selenosis.io/v1".into(),
-        kind: "Browser".into(),
-        plural: "browsers".into(),
-    }
-}
 
 /// One API server double with the CRDs, a kubelet that ends each session shortly after it
 /// runs, and a BrowserConfig for chrome.
@@ -84,13 +74,7 @@ impl Cluster {
     }
 
     async fn create_config(&self) {
-        let ar = ApiResource {
-            group: "selenosis.io".into(),
-            version: "v1".into(),
-            api_version: "selenosis.io/v1".into(),
-            kind: "BrowserConfig".into(),
-            plural: "browserconfigs".into(),
-        };
+        let ar = config_resource(Layout::Default);
         let obj: DynamicObject = serde_json::from_value(json!({
             "apiVersion": "selenosis.io/v1", "kind": "BrowserConfig",
             "metadata": {"name": "chrome", "namespace": NS},
@@ -157,7 +141,7 @@ async fn create_browser(client: &Client, name: &str) {
         "spec": {"browserName": "chrome", "browserVersion": "139.0"},
     }))
     .unwrap();
-    Api::<DynamicObject>::namespaced_with(client.clone(), NS, &browser_resource())
+    Api::<DynamicObject>::namespaced_with(client.clone(), NS, &browser_resource(Layout::Default))
         .create(&PostParams::default(), &obj)
         .await
         .expect("browser created");

@@ -12,7 +12,6 @@ use clap::Parser;
 use futures::StreamExt;
 use kube::Client;
 use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
-use kube::core::ApiResource;
 use kube::runtime::watcher;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
@@ -22,32 +21,12 @@ use browser_controller::cli::Cli;
 use browser_controller::metrics::Metrics;
 use browser_controller::operator;
 use support::apiserver::{ApiServer, Fault};
+use support::host;
+use support::kinds::{browser_resource, config_resource};
 use support::kubelet::{Kubelet, KubeletHandle, Script};
 
 const NS: &str = "sessions";
 const WAIT: Duration = Duration::from_secs(20);
-
-fn browser_resource(layout: Layout) -> ApiResource {
-    let group = layout.browser_group();
-    ApiResource {
-        group: group.into(),
-        version: "v1".into(),
-        api_version: format!("{group}/v1"),
-        kind: "Browser".into(),
-        plural: "browsers".into(),
-    }
-}
-
-fn config_resource(layout: Layout) -> ApiResource {
-    let group = layout.browserconfig_group();
-    ApiResource {
-        group: group.into(),
-        version: "v1".into(),
-        api_version: format!("{group}/v1"),
-        kind: "BrowserConfig".into(),
-        plural: "browserconfigs".into(),
-    }
-}
 
 /// One running operator against one API server double, with a kubelet.
 struct Env {
@@ -202,16 +181,19 @@ impl Env {
 
     /// Waits until `check` holds, polling the server state.
     async fn until(&self, what: &str, check: impl Fn(&Env) -> bool) {
-        let deadline = tokio::time::Instant::now() + WAIT;
-        while !check(self) {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "timed out waiting for {what}; browsers: {:#?}; pods: {:#?}",
-                self.server.list("browsers", NS),
-                self.server.list("pods", NS)
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        host::until_async(
+            what,
+            WAIT,
+            || check(self),
+            || {
+                format!(
+                    "browsers: {:#?}; pods: {:#?}",
+                    self.server.list("browsers", NS),
+                    self.server.list("pods", NS)
+                )
+            },
+        )
+        .await;
     }
 
     async fn until_gone(&self, name: &str) {

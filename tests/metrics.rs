@@ -10,7 +10,7 @@ use std::time::Duration;
 use clap::Parser;
 use kube::Client;
 use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
-use kube::core::ApiResource;
+
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
@@ -20,20 +20,11 @@ use browser_controller::metrics::Metrics;
 use browser_controller::operator;
 use support::apiserver::{ApiServer, Fault};
 use support::host::{self, free_port};
+use support::kinds::{browser_resource, config_resource};
 use support::kubelet::{Kubelet, KubeletHandle, Script};
 
 const NS: &str = "sessions";
 const WAIT: Duration = Duration::from_secs(20);
-
-fn resource(kind: &str, plural: &str) -> ApiResource {
-    ApiResource {
-        group: "selenosis.io".into(),
-        version: "v1".into(),
-        api_version: "selenosis.io/v1".into(),
-        kind: kind.into(),
-        plural: plural.into(),
-    }
-}
 
 /// One running operator against one API server double, with a kubelet.
 struct Env {
@@ -93,11 +84,11 @@ impl Env {
     }
 
     fn browsers(&self) -> Api<DynamicObject> {
-        Api::namespaced_with(self.client.clone(), NS, &resource("Browser", "browsers"))
+        Api::namespaced_with(self.client.clone(), NS, &browser_resource(Layout::Default))
     }
 
     async fn chrome_config(&self) {
-        let ar = resource("BrowserConfig", "browserconfigs");
+        let ar = config_resource(Layout::Default);
         let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), NS, &ar);
         let obj: DynamicObject = serde_json::from_value(json!({
             "apiVersion": ar.api_version, "kind": "BrowserConfig",
@@ -134,16 +125,19 @@ impl Env {
     }
 
     async fn until(&self, what: &str, check: impl Fn(&Env) -> bool) {
-        let deadline = tokio::time::Instant::now() + WAIT;
-        while !check(self) {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "timed out waiting for {what}; browsers: {:#?}; metrics:\n{}",
-                self.server.list("browsers", NS),
-                self.metrics.encode().unwrap()
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        host::until_async(
+            what,
+            WAIT,
+            || check(self),
+            || {
+                format!(
+                    "browsers: {:#?}; metrics:\n{}",
+                    self.server.list("browsers", NS),
+                    self.metrics.encode().unwrap()
+                )
+            },
+        )
+        .await;
     }
 
     async fn until_gone(&self, name: &str) {

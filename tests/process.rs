@@ -45,25 +45,30 @@ fn wait_exit(child: &mut Child, log: &std::path::Path) -> (i32, String) {
     )
 }
 
+/// Runs the binary against `server` (served over loopback) with quiet logs and `flags`, and
+/// waits for it to exit: (exit code, stderr).
+async fn run_to_exit(server: &ApiServer, tag: &str, flags: &[&str]) -> (i32, String) {
+    let served = server.serve().await.unwrap();
+    let dir = TempDir::new(tag);
+    let kubeconfig = dir.join("kubeconfig");
+    served.write_kubeconfig(&kubeconfig).unwrap();
+    let mut args = vec![
+        "--metrics-addr=0",
+        "--health-probe-bind-address=0",
+        "--log-level=off",
+    ];
+    args.extend_from_slice(flags);
+    let mut child = spawn(&kubeconfig, &args);
+    let log = kubeconfig.with_extension("log");
+    tokio::task::spawn_blocking(move || wait_exit(&mut child, &log))
+        .await
+        .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn missing_crds_exit_non_zero_with_one_line_naming_them() {
     let server = ApiServer::new();
-    let served = server.serve().await.unwrap();
-    let dir = TempDir::new("nocrd");
-    let kubeconfig = dir.join("kubeconfig");
-    served.write_kubeconfig(&kubeconfig).unwrap();
-    let mut child = spawn(
-        &kubeconfig,
-        &[
-            "--metrics-addr=0",
-            "--health-probe-bind-address=0",
-            "--log-level=off",
-        ],
-    );
-    let log = kubeconfig.with_extension("log");
-    let (code, stderr) = tokio::task::spawn_blocking(move || wait_exit(&mut child, &log))
-        .await
-        .unwrap();
+    let (code, stderr) = run_to_exit(&server, "nocrd", &[]).await;
     assert_ne!(code, 0);
     let lines: Vec<&str> = stderr.lines().collect();
     assert_eq!(lines.len(), 1, "{stderr}");
@@ -153,23 +158,7 @@ async fn a_missing_permission_exits_non_zero_naming_it() {
     }
     server.deny_in("team-a", "patch", "selenosis.io", "browsers/status");
     server.deny_in("team-a", "watch", "", "pods");
-    let served = server.serve().await.unwrap();
-    let dir = TempDir::new("perms");
-    let kubeconfig = dir.join("kubeconfig");
-    served.write_kubeconfig(&kubeconfig).unwrap();
-    let mut child = spawn(
-        &kubeconfig,
-        &[
-            "--metrics-addr=0",
-            "--health-probe-bind-address=0",
-            "--log-level=off",
-            "--namespace=team-a",
-        ],
-    );
-    let log = kubeconfig.with_extension("log");
-    let (code, stderr) = tokio::task::spawn_blocking(move || wait_exit(&mut child, &log))
-        .await
-        .unwrap();
+    let (code, stderr) = run_to_exit(&server, "perms", &["--namespace=team-a"]).await;
     assert_ne!(code, 0);
     let lines: Vec<&str> = stderr.lines().collect();
     assert_eq!(

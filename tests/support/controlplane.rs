@@ -448,6 +448,24 @@ pub async fn apply_dir(
     Ok(applied)
 }
 
+/// Applies CustomResourceDefinitions given as objects (an older set, say) and waits until
+/// each is Established and served, as [`apply_dir`] does for files.
+pub async fn apply_crds(client: &kube::Client, crds: &[Value]) -> Result<(), ControlPlaneError> {
+    for crd in crds {
+        let name = crd["metadata"]["name"].as_str().unwrap_or("").to_string();
+        apply_object(client, crd)
+            .await
+            .map_err(|message| ControlPlaneError::Apply {
+                file: name.clone(),
+                message,
+            })?;
+    }
+    for crd in crds {
+        wait_established(client, crd["metadata"]["name"].as_str().unwrap_or("")).await?;
+    }
+    Ok(())
+}
+
 /// Server-side applies one object; returns `kind/name`.
 pub async fn apply_object(client: &kube::Client, obj: &Value) -> Result<String, String> {
     let (group, version) = match obj["apiVersion"].as_str().unwrap_or("").split_once('/') {

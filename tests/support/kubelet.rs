@@ -18,6 +18,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use browser_controller::api::keys;
+
+use super::kinds::pod_resource;
 use futures::StreamExt;
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams,
@@ -176,10 +178,6 @@ impl Drop for KubeletHandle {
     fn drop(&mut self) {
         self.task.abort();
     }
-}
-
-fn pod_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("", "v1", "Pod"), "pods")
 }
 
 fn node_resource() -> ApiResource {

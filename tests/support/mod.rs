@@ -5,6 +5,8 @@
 
 pub mod apiserver;
 pub mod controlplane;
+pub mod crd_history;
 pub mod host;
+pub mod kinds;
 pub mod kubelet;
 pub mod upstream;
