@@ -12,8 +12,9 @@ use std::sync::{Arc, Mutex, Weak};
 use futures::StreamExt;
 use jiff::Timestamp;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::runtime::WatchStreamExt;
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
@@ -25,6 +26,7 @@ use crate::api::openapi::{PodSchemas, is_unknown_field_rejection};
 use crate::config::report::{self, DryRun, Findings};
 use crate::config::{lookup, validate};
 use crate::controller::scoped_api;
+use crate::controller::watch::{self, WatchHealth};
 use crate::lifecycle::decide::PodCreation;
 use crate::lifecycle::desired;
 use crate::metrics::Metrics;
@@ -351,12 +353,20 @@ pub async fn run_scope(
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let api = scoped_api(&client, namespace.as_deref(), &kinds.browserconfig);
-    let controller = Controller::new_with(
-        api.clone(),
+    let writer = Writer::<DynamicObject>::new(kinds.browserconfig.clone());
+    let store = writer.as_reader();
+    // Every completed list (a relist after the watch failed too) judges every config again.
+    let (listed_tx, listed) = futures::channel::mpsc::unbounded::<()>();
+    let health = WatchHealth::new("browserconfigs", metrics.clone());
+    let configs = watch::watch(
+        api,
         watcher::Config::default().any_semantic(),
-        kinds.browserconfig.clone(),
-    );
-    let store = controller.store();
+        health.clone(),
+    )
+    .reflect(writer)
+    .inspect(watch::observe(health, move || {
+        let _ = listed_tx.unbounded_send(());
+    }));
     // Held until the scope stops: the BrowserConfig gauges read this cache at scrape time.
     let _gauge_source = metrics.observe_configs(store.clone());
     let mapper_store = store.clone();
@@ -372,14 +382,12 @@ pub async fn run_scope(
         verdicts,
         schemas,
         metrics,
-        store,
+        store: store.clone(),
     });
     // Conflicts involve other configs of the namespace: any change re-checks them all.
-    controller
-        .watches_with(
-            api,
-            kinds.browserconfig.clone(),
-            watcher::Config::default().any_semantic(),
+    Controller::for_stream_with(futures::stream::empty(), store, kinds.browserconfig.clone())
+        .watches_stream_with(
+            watch::live_changes(configs, true),
             move |changed| {
                 let ns = changed.metadata.namespace.clone().unwrap_or_default();
                 mapper_store
@@ -394,8 +402,9 @@ pub async fn run_scope(
                     })
                     .collect::<Vec<_>>()
             },
+            kinds.browserconfig.clone(),
         )
-        .reconcile_all_on(schema_changes)
+        .reconcile_all_on(futures::stream::select(listed, schema_changes))
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
         .for_each(|r| async move {

@@ -97,6 +97,11 @@ fn startup_histogram() -> Histogram {
     Histogram::new(exponential_buckets_range(0.01, 600.0, 20))
 }
 
+/// 100 ms … 10 min: from a blip to a long control-plane outage.
+fn resync_histogram() -> Histogram {
+    Histogram::new(exponential_buckets_range(0.1, 600.0, 16))
+}
+
 /// The operator's metrics; cheap to update from any task.
 pub struct Metrics {
     registry: Registry,
@@ -110,6 +115,8 @@ pub struct Metrics {
     startup: Family<StageLabels, Histogram, fn() -> Histogram>,
     deletions: Family<ReasonLabels, Counter>,
     watch_errors: Family<ResourceLabels, Counter>,
+    watch_restarts: Family<ResourceLabels, Counter>,
+    watch_resync: Family<ResourceLabels, Histogram, fn() -> Histogram>,
     caches: Arc<Caches>,
 }
 
@@ -180,6 +187,19 @@ impl Metrics {
             "Watch errors (each followed by a restart with backoff), by resource",
             watch_errors.clone(),
         );
+        let watch_restarts = Family::<ResourceLabels, Counter>::default();
+        registry.register(
+            "watch_restarts",
+            "Watches that listed again after their first list (expired or failed), by resource",
+            watch_restarts.clone(),
+        );
+        let watch_resync: Family<ResourceLabels, Histogram, fn() -> Histogram> =
+            Family::new_with_constructor(resync_histogram);
+        registry.register(
+            "watch_resync_seconds",
+            "Time from a watch's first error to its cache being current again (relisted or delivering events), by resource",
+            watch_resync.clone(),
+        );
         let caches = Arc::new(Caches::default());
         registry.register_collector(Box::new(CacheGauges(caches.clone())));
         Self {
@@ -194,6 +214,8 @@ impl Metrics {
             startup,
             deletions,
             watch_errors,
+            watch_restarts,
+            watch_resync,
             caches,
         }
     }
@@ -250,6 +272,20 @@ impl Metrics {
         self.watch_errors
             .get_or_create(&ResourceLabels { resource })
             .inc();
+    }
+
+    /// Counts one relist of `resource` after its first list.
+    pub fn watch_restart(&self, resource: &'static str) {
+        self.watch_restarts
+            .get_or_create(&ResourceLabels { resource })
+            .inc();
+    }
+
+    /// Observes how long a watch of `resource` was failing before it delivered again.
+    pub fn watch_resync(&self, resource: &'static str, down: Duration) {
+        self.watch_resync
+            .get_or_create(&ResourceLabels { resource })
+            .observe(down.as_secs_f64());
     }
 
     /// Derives `browsers` from this Browser cache until the registration drops.

@@ -31,6 +31,8 @@ pub enum RunError {
     #[error(
         "cannot configure the Kubernetes client (in-cluster, KUBECONFIG or ~/.kube/config): {0}"
     )]
+    Config(#[source] kube::config::InferConfigError),
+    #[error("cannot create the Kubernetes client: {0}")]
     Client(#[source] kube::Error),
     #[error(transparent)]
     Discovery(#[from] DiscoveryError),
@@ -135,9 +137,20 @@ async fn wait_for_signal() {
     let _ = tokio::signal::ctrl_c().await;
 }
 
+/// The operator's client for `config`, without kube's built-in retry of 429, 503 and 504
+/// answers: it retries one request up to 15 times with delays growing from 5 ms towards
+/// minutes, so a watch or a reconcile caught in it while the API server restarts would hold
+/// its worker long after the server is back. The operator retries on its own terms instead:
+/// a watch backoff of a few seconds and per-Browser requeues.
+pub fn client(mut config: kube::Config) -> Result<Client, kube::Error> {
+    config.default_retry = false;
+    Client::try_from(config)
+}
+
 /// Runs the operator with a client inferred like kube-rs does, until a signal stops it.
 pub async fn run(args: RunArgs) -> Result<(), RunError> {
-    let client = Client::try_default().await.map_err(RunError::Client)?;
+    let config = kube::Config::infer().await.map_err(RunError::Config)?;
+    let client = client(config).map_err(RunError::Client)?;
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::spawn(signals(stop_tx));
     run_with_client(

@@ -72,7 +72,7 @@ impl Backend {
                 };
                 Ok(Client::new(Recording { inner: served, log }, "default"))
             }
-            Backend::Kubeconfig(config) => Ok(ClientBuilder::try_from(config.as_ref().clone())
+            Backend::Kubeconfig(config) => Ok(ClientBuilder::try_from(operator_config(config))
                 .map_err(BenchError::Client)?
                 .with_layer(&RecordingLayer(log))
                 .build()),
@@ -146,4 +146,11 @@ where
         self.log.record(request.method(), request.uri(), apply);
         self.inner.call(request)
     }
+}
+
+/// The operator's client configuration, as `operator::client` builds it.
+fn operator_config(config: &kube::Config) -> kube::Config {
+    let mut config = config.clone();
+    config.default_retry = false;
+    config
 }

@@ -73,6 +73,29 @@ pub struct Executed {
     pub pod: Option<DynamicObject>,
     /// UID of a pod that is gone after our delete.
     pub pod_deleted: Option<String>,
+    /// The operator is done with the Browser: deleted, finalizer released, or gone.
+    pub let_go: bool,
+    /// The API answered that the Browser is gone before the plan was done; the rest of the
+    /// plan was not written.
+    pub vanished: bool,
+}
+
+impl Executed {
+    fn vanished(mut self) -> Self {
+        self.let_go = true;
+        self.vanished = true;
+        self
+    }
+}
+
+/// What a Browser delete found.
+enum Deleted {
+    /// Deleted; our finalizer (still on it) keeps it until the pod is gone.
+    Terminating(Box<DynamicObject>),
+    /// Deleted by this request.
+    Now,
+    /// Already gone, or replaced by another Browser of the same name.
+    Already,
 }
 
 fn fresh(mut object: DynamicObject) -> DynamicObject {
@@ -89,20 +112,26 @@ impl Target<'_> {
         self.browser.metadata.name.as_deref().unwrap_or_default()
     }
 
+    /// The head of every apply to the Browser. Its `uid` is a precondition: the write never
+    /// lands on another Browser that took the name, nor creates one.
     fn header(&self) -> Value {
         json!({
             "apiVersion": self.browser_resource.api_version,
             "kind": self.browser_resource.kind,
-            "metadata": {"name": self.name()},
+            "metadata": {"name": self.name(), "uid": self.browser.metadata.uid},
         })
     }
 
     /// Executes the writes of `plan` in order. Events are returned to the caller, which
-    /// publishes them off the reconcile's critical path.
+    /// publishes them off the reconcile's critical path. Once the API answers that the
+    /// Browser is gone, nothing more is written for it.
     pub async fn execute(&self, plan: &Plan) -> Result<Executed, ExecuteError> {
         let mut executed = Executed::default();
         if plan.ensure_metadata {
-            executed.browser = Some(self.apply_metadata().await?);
+            match self.apply_metadata().await? {
+                Some(browser) => executed.browser = Some(browser),
+                None => return Ok(executed.vanished()),
+            }
         }
         if let Some(adoption) = &plan.adopt_pod {
             executed.pod = Some(self.adopt_pod(adoption).await?);
@@ -145,7 +174,18 @@ impl Target<'_> {
             }
         }
         if let Some(status) = &plan.status {
-            executed.browser = Some(self.apply_status(status).await?);
+            match self.apply_status(status).await? {
+                Some(browser) => executed.browser = Some(browser),
+                None => {
+                    // Nothing more for the Browser; the pod it controlled still goes.
+                    if let Some(delete) = &plan.delete_pod
+                        && self.delete_pod(delete).await?.is_none()
+                    {
+                        executed.pod_deleted = Some(delete.uid.clone());
+                    }
+                    return Ok(executed.vanished());
+                }
+            }
         }
         if let Some(delete) = &plan.delete_pod {
             match self.delete_pod(delete).await? {
@@ -159,10 +199,18 @@ impl Target<'_> {
         let mut let_go = false;
         if plan.delete_browser {
             let held = holds_finalizer(self.browser);
-            let_go = self.delete_browser().await? && !held;
+            match self.delete_browser().await? {
+                Deleted::Terminating(browser) => executed.browser = Some(*browser),
+                Deleted::Now => {
+                    let_go = !held;
+                    executed.let_go = true;
+                }
+                Deleted::Already => executed.let_go = true,
+            }
         }
         if plan.release_finalizer {
             let_go |= self.release_finalizer().await?;
+            executed.let_go = true;
         }
         if let_go {
             let status = self.browser.data.get("status").unwrap_or(&Value::Null);
@@ -171,7 +219,33 @@ impl Target<'_> {
         Ok(executed)
     }
 
-    async fn apply_metadata(&self) -> Result<DynamicObject, ExecuteError> {
+    /// The Browser as the API server has it now, for a decision that creates a pod: the
+    /// metadata apply, when the plan makes it anyway, answers with it; otherwise a read.
+    /// `None` when the Browser is gone (or replaced by another of the same name).
+    pub async fn current_browser(
+        &self,
+        apply_metadata: bool,
+    ) -> Result<Option<DynamicObject>, ExecuteError> {
+        if apply_metadata {
+            return self.apply_metadata().await;
+        }
+        let current =
+            self.browsers
+                .get_opt(self.name())
+                .await
+                .map_err(|source| ExecuteError::Api {
+                    action: "read Browser",
+                    source,
+                })?;
+        Ok(current
+            .filter(|b| b.metadata.uid == self.browser.metadata.uid)
+            .map(fresh))
+    }
+
+    /// Applies the finalizer and labels; `None` when the Browser is gone. The `uid` in the
+    /// body makes the API server refuse the write rather than create a Browser of that name
+    /// anew (409) or write to another Browser that took the name.
+    async fn apply_metadata(&self) -> Result<Option<DynamicObject>, ExecuteError> {
         let spec = |f: &str| {
             self.browser
                 .data
@@ -187,14 +261,15 @@ impl Target<'_> {
         });
         body["metadata"]["finalizers"] = json!([keys::FINALIZER]);
         self.metrics.write("apply", "browsers");
-        self.browsers
-            .patch(self.name(), &apply_params(), &Patch::Apply(body))
-            .await
-            .map(fresh)
-            .map_err(|source| ExecuteError::Api {
-                action: "apply Browser finalizer and labels",
-                source,
-            })
+        unless_gone(
+            self.browsers
+                .patch(self.name(), &apply_params(), &Patch::Apply(body))
+                .await,
+        )
+        .map_err(|source| ExecuteError::Api {
+            action: "apply Browser finalizer and labels",
+            source,
+        })
     }
 
     /// Labels a pod another controller created so the pod watch sees it. Metadata only,
@@ -228,18 +303,20 @@ impl Target<'_> {
             .await
     }
 
-    async fn apply_status(&self, status: &Value) -> Result<DynamicObject, ExecuteError> {
+    /// Applies the full status; `None` when the Browser is gone.
+    async fn apply_status(&self, status: &Value) -> Result<Option<DynamicObject>, ExecuteError> {
         let mut body = self.header();
         body["status"] = status.clone();
         self.metrics.write("apply", "browsers/status");
-        self.browsers
-            .patch_status(self.name(), &apply_params(), &Patch::Apply(body))
-            .await
-            .map(fresh)
-            .map_err(|source| ExecuteError::Api {
-                action: "apply Browser status",
-                source,
-            })
+        unless_gone(
+            self.browsers
+                .patch_status(self.name(), &apply_params(), &Patch::Apply(body))
+                .await,
+        )
+        .map_err(|source| ExecuteError::Api {
+            action: "apply Browser status",
+            source,
+        })
     }
 
     /// Returns the pod when it is still terminating (graceful delete), `None` when gone.
@@ -263,8 +340,7 @@ impl Target<'_> {
         }
     }
 
-    /// Returns whether the delete took effect (`false`: already gone or replaced).
-    async fn delete_browser(&self) -> Result<bool, ExecuteError> {
+    async fn delete_browser(&self) -> Result<Deleted, ExecuteError> {
         let params = DeleteParams {
             preconditions: Some(Preconditions {
                 uid: self.browser.metadata.uid.clone(),
@@ -273,12 +349,16 @@ impl Target<'_> {
             ..DeleteParams::background()
         };
         self.metrics.write("delete", "browsers");
-        took_effect(self.browsers.delete(self.name(), &params).await.map(|_| ())).map_err(
-            |source| ExecuteError::Api {
+        match self.browsers.delete(self.name(), &params).await {
+            Ok(either) => Ok(either.left().map_or(Deleted::Now, |browser| {
+                Deleted::Terminating(Box::new(fresh(browser)))
+            })),
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(Deleted::Already),
+            Err(source) => Err(ExecuteError::Api {
                 action: "delete Browser",
                 source,
-            },
-        )
+            }),
+        }
     }
 
     /// Removes our finalizer with a JSON patch guarded by `test`, so a concurrent change of
@@ -313,6 +393,18 @@ impl Target<'_> {
             action: "release Browser finalizer",
             source,
         })
+    }
+}
+
+/// The object a write returned, or `None` when the API answered that the Browser is gone:
+/// 404, or 409 for an apply whose `uid` names no existing object.
+fn unless_gone(
+    result: Result<DynamicObject, kube::Error>,
+) -> Result<Option<DynamicObject>, kube::Error> {
+    match result {
+        Ok(object) => Ok(Some(fresh(object))),
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(None),
+        Err(e) => Err(e),
     }
 }
 

@@ -1,0 +1,235 @@
+//! Read-your-writes over the watch caches. A reconcile triggered by one object's event may
+//! see another object older than what the operator itself last wrote, or still see a Browser
+//! it has already let go of. The newest state each write returned is kept until the cache
+//! catches up, so that no decision is taken on a copy older than the operator's own last
+//! write (which would repeat a write, or worse, act on a Browser that is gone).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use kube::api::DynamicObject;
+
+/// What the operator last knew of an object from its own writes.
+#[derive(Clone, Debug)]
+pub(super) enum Known {
+    /// The object as the last write returned it.
+    Object(Arc<DynamicObject>),
+    /// Deleted by the operator (a pod), or let go of (a Browser whose finalizer the operator
+    /// released, or that the API answered 404 for): the cache may still show this UID.
+    Gone { uid: String },
+}
+
+type Key = (String, String);
+
+#[derive(Default)]
+pub(super) struct Fresher {
+    browsers: Mutex<HashMap<Key, Known>>,
+    pods: Mutex<HashMap<Key, Known>>,
+}
+
+fn rv(object: &DynamicObject) -> Option<u64> {
+    object.metadata.resource_version.as_deref()?.parse().ok()
+}
+
+fn uid(object: &DynamicObject) -> Option<&str> {
+    object.metadata.uid.as_deref()
+}
+
+fn key(ns: &str, name: &str) -> Key {
+    (ns.to_string(), name.to_string())
+}
+
+fn lock(map: &Mutex<HashMap<Key, Known>>) -> MutexGuard<'_, HashMap<Key, Known>> {
+    map.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Fresher {
+    pub(super) fn remember_browser(&self, ns: &str, name: &str, known: Known) {
+        lock(&self.browsers).insert(key(ns, name), known);
+    }
+
+    pub(super) fn remember_pod(&self, ns: &str, name: &str, known: Known) {
+        lock(&self.pods).insert(key(ns, name), known);
+    }
+
+    /// The Browser watch saw the Browser `uid` deleted: nothing of it is needed any more.
+    pub(super) fn forget(&self, ns: &str, name: &str, uid: &str) {
+        let key = key(ns, name);
+        let mut browsers = lock(&self.browsers);
+        let ours = match browsers.get(&key) {
+            Some(Known::Object(b)) => self::uid(b) == Some(uid),
+            Some(Known::Gone { uid: gone }) => gone == uid,
+            None => true,
+        };
+        if ours {
+            browsers.remove(&key);
+            lock(&self.pods).remove(&key);
+        }
+    }
+
+    /// Drops what is kept of Browsers the cache no longer holds (deleted during a watch gap).
+    pub(super) fn retain(&self, mut present: impl FnMut(&str, &str) -> bool) {
+        let mut browsers = lock(&self.browsers);
+        let mut pods = lock(&self.pods);
+        browsers.retain(|(ns, name), _| present(ns, name));
+        pods.retain(|k, _| browsers.contains_key(k) || present(&k.0, &k.1));
+    }
+
+    /// The Browser to decide on: the newer of the cached one and what the operator last
+    /// wrote; `None` when the operator has let go of this Browser (whatever the cache shows).
+    pub(super) fn pick_browser(
+        &self,
+        ns: &str,
+        name: &str,
+        cached: Arc<DynamicObject>,
+    ) -> Option<Arc<DynamicObject>> {
+        let key = key(ns, name);
+        let mut browsers = lock(&self.browsers);
+        let Some(known) = browsers.get(&key).cloned() else {
+            return Some(cached);
+        };
+        match known {
+            Known::Gone { uid } if self::uid(&cached) == Some(&uid) => None,
+            Known::Object(ours)
+                if uid(&ours) == uid(&cached)
+                    && matches!((rv(&ours), rv(&cached)), (Some(a), Some(b)) if a > b) =>
+            {
+                Some(ours)
+            }
+            // The cache caught up, or holds another Browser of the same name.
+            _ => {
+                browsers.remove(&key);
+                Some(cached)
+            }
+        }
+    }
+
+    /// The pod to decide on: the newer of the cached one and what the operator last wrote;
+    /// `None` when the cache has nothing or still shows a pod the operator deleted, so that
+    /// the caller confirms with a read.
+    pub(super) fn pick_pod(
+        &self,
+        ns: &str,
+        name: &str,
+        cached: Option<Arc<DynamicObject>>,
+    ) -> Option<Arc<DynamicObject>> {
+        let key = key(ns, name);
+        let mut pods = lock(&self.pods);
+        let Some(known) = pods.get(&key).cloned() else {
+            return cached;
+        };
+        match (known, cached) {
+            // Absent from the cache: just created or already gone; the caller reads it.
+            (Known::Object(_), None) => {
+                pods.remove(&key);
+                None
+            }
+            (Known::Object(ours), Some(cached)) => match (rv(&ours), rv(&cached)) {
+                (Some(a), Some(b)) if a > b && uid(&ours) == uid(&cached) => Some(ours),
+                _ => {
+                    pods.remove(&key);
+                    Some(cached)
+                }
+            },
+            (Known::Gone { uid }, Some(cached)) if self::uid(&cached) == Some(&uid) => None,
+            (Known::Gone { .. }, cached) => {
+                pods.remove(&key);
+                cached
+            }
+        }
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> (usize, usize) {
+        (lock(&self.browsers).len(), lock(&self.pods).len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn obj(rv: &str, uid: &str) -> Arc<DynamicObject> {
+        Arc::new(
+            serde_json::from_value(json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "s1", "namespace": "ns", "uid": uid, "resourceVersion": rv}
+            }))
+            .unwrap(),
+        )
+    }
+
+    fn version(o: Option<Arc<DynamicObject>>) -> Option<String> {
+        o.and_then(|o| o.metadata.resource_version.clone())
+    }
+
+    #[test]
+    fn our_newer_write_wins_until_the_cache_catches_up() {
+        let f = Fresher::default();
+        f.remember_browser("ns", "s1", Known::Object(obj("10", "u")));
+        let picked = f.pick_browser("ns", "s1", obj("9", "u"));
+        assert_eq!(version(picked).as_deref(), Some("10"));
+        let picked = f.pick_browser("ns", "s1", obj("11", "u"));
+        assert_eq!(version(picked).as_deref(), Some("11"));
+        // The entry is gone once the cache caught up.
+        let picked = f.pick_browser("ns", "s1", obj("9", "u"));
+        assert_eq!(version(picked).as_deref(), Some("9"));
+    }
+
+    #[test]
+    fn a_browser_let_go_of_stays_gone_while_the_cache_still_shows_it() {
+        let f = Fresher::default();
+        f.remember_browser("ns", "s1", Known::Gone { uid: "u".into() });
+        assert!(f.pick_browser("ns", "s1", obj("9", "u")).is_none());
+        // However often the stale copy comes back.
+        assert!(f.pick_browser("ns", "s1", obj("9", "u")).is_none());
+        // A new Browser of the same name is another matter.
+        let picked = f.pick_browser("ns", "s1", obj("20", "new"));
+        assert_eq!(version(picked).as_deref(), Some("20"));
+    }
+
+    #[test]
+    fn our_write_never_stands_in_for_another_browser_of_the_same_name() {
+        let f = Fresher::default();
+        f.remember_browser("ns", "s1", Known::Object(obj("10", "old")));
+        let picked = f.pick_browser("ns", "s1", obj("5", "new")).unwrap();
+        assert_eq!(picked.metadata.uid.as_deref(), Some("new"));
+    }
+
+    #[test]
+    fn forgetting_needs_the_deleted_browser_uid_and_drops_its_pod_too() {
+        let f = Fresher::default();
+        f.remember_browser("ns", "s1", Known::Gone { uid: "u".into() });
+        f.remember_pod("ns", "s1", Known::Gone { uid: "p".into() });
+        f.forget("ns", "s1", "other");
+        assert_eq!(f.len(), (1, 1));
+        f.forget("ns", "s1", "u");
+        assert_eq!(f.len(), (0, 0));
+    }
+
+    #[test]
+    fn retain_drops_browsers_the_cache_no_longer_has() {
+        let f = Fresher::default();
+        f.remember_browser("ns", "gone", Known::Gone { uid: "u".into() });
+        f.remember_pod("ns", "gone", Known::Gone { uid: "p".into() });
+        f.remember_browser("ns", "kept", Known::Object(obj("3", "k")));
+        f.retain(|_, name| name == "kept");
+        assert_eq!(f.len(), (1, 0));
+    }
+
+    #[test]
+    fn a_pod_is_never_invented_when_the_cache_lacks_it() {
+        let f = Fresher::default();
+        f.remember_pod("ns", "s1", Known::Object(obj("10", "u")));
+        assert!(f.pick_pod("ns", "s1", None).is_none());
+    }
+
+    #[test]
+    fn a_pod_we_deleted_is_hidden_but_not_a_new_one() {
+        let f = Fresher::default();
+        f.remember_pod("ns", "s1", Known::Gone { uid: "old".into() });
+        assert!(f.pick_pod("ns", "s1", Some(obj("5", "old"))).is_none());
+        assert!(f.pick_pod("ns", "s1", Some(obj("6", "new"))).is_some());
+    }
+}

@@ -1,0 +1,370 @@
+//! Stages of the watch streams that feed the Browser controller: what enters the caches
+//! (managedFields stripped, pods cut down to what decisions read), which Browser a pod or a
+//! BrowserConfig event concerns, and the `scheduled` startup metric seen on the pod watch.
+
+use std::sync::Arc;
+
+use kube::ResourceExt;
+use kube::api::DynamicObject;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
+use serde_json::Value;
+
+use crate::api::keys;
+use crate::metrics::{self, Metrics, Stage};
+
+pub fn strip_managed_fields(object: &mut DynamicObject) {
+    object.metadata.managed_fields = None;
+}
+
+/// Of each container, what the operator reads from a pod's spec: names and ports (the
+/// Browser's `containerStatuses[].ports`), and the restart policy of init containers
+/// (sidecars). With `spec.nodeName`, that is everything it reads of the spec.
+const KEPT_CONTAINER_FIELDS: [(&str, &[&str]); 2] = [
+    ("containers", &["name", "ports"]),
+    ("initContainers", &["name", "restartPolicy"]),
+];
+
+/// What decisions, the Browser status and the startup metrics read of a pod's status.
+const KEPT_STATUS_FIELDS: [&str; 5] = ["phase", "podIP", "startTime", "reason", "message"];
+
+/// Lists of the pod status and the fields kept of each item.
+const KEPT_STATUS_LISTS: [(&str, &[&str]); 3] = [
+    (
+        "conditions",
+        &["type", "status", "reason", "message", "lastTransitionTime"],
+    ),
+    (
+        "containerStatuses",
+        &["name", "state", "image", "restartCount"],
+    ),
+    (
+        "initContainerStatuses",
+        &["name", "state", "image", "restartCount"],
+    ),
+];
+
+/// The only pod condition anything reads: why a pod is unschedulable, and when it was
+/// scheduled (startup metrics). A kubelet reports four more.
+const KEPT_CONDITION: &str = "PodScheduled";
+
+/// Cuts a pod down to what decisions read before it enters the cache: no managedFields, no
+/// annotations, and of spec and status only the fields above. Env, resources, volumes and
+/// the like, and what kubelets add to statuses (image and container IDs, last states,
+/// resources, volume mounts, host IPs …), are most of a cached pod's memory and never read.
+pub fn prune_pod(pod: &mut DynamicObject) {
+    strip_managed_fields(pod);
+    pod.metadata.annotations = None;
+    if let Some(Value::Object(spec)) = pod.data.get_mut("spec") {
+        let mut full = std::mem::take(spec);
+        keep_lists(&mut full, spec, &KEPT_CONTAINER_FIELDS);
+        if let Some(node) = full.remove("nodeName") {
+            spec.insert("nodeName".to_string(), node);
+        }
+    }
+    if let Some(Value::Object(status)) = pod.data.get_mut("status") {
+        let mut full = std::mem::take(status);
+        for field in KEPT_STATUS_FIELDS {
+            if let Some(value) = full.remove(field) {
+                status.insert(field.to_string(), value);
+            }
+        }
+        keep_lists(&mut full, status, &KEPT_STATUS_LISTS);
+        if let Some(Value::Array(conditions)) = status.get_mut("conditions") {
+            conditions.retain(|c| c.get("type").and_then(Value::as_str) == Some(KEPT_CONDITION));
+        }
+    }
+}
+
+/// Moves each listed array from `full` to `kept`, keeping only the given fields of its items.
+fn keep_lists(
+    full: &mut serde_json::Map<String, Value>,
+    kept: &mut serde_json::Map<String, Value>,
+    lists: &[(&str, &[&str])],
+) {
+    for (list, fields) in lists {
+        if let Some(Value::Array(items)) = full.remove(*list) {
+            let items = items
+                .into_iter()
+                .map(|item| match item {
+                    Value::Object(mut c) => Value::Object(
+                        fields
+                            .iter()
+                            .filter_map(|f| Some((f.to_string(), c.remove(*f)?)))
+                            .collect(),
+                    ),
+                    other => other,
+                })
+                .collect();
+            kept.insert(list.to_string(), Value::Array(items));
+        }
+    }
+}
+
+/// The Browser a pod belongs to: by our label, else by its controller owner reference
+/// name (so pods written under another group/version of the Browser kind still map).
+pub fn browser_of_pod(
+    pod: &DynamicObject,
+    browser: &kube::core::ApiResource,
+) -> Option<ObjectRef<DynamicObject>> {
+    let ns = pod.metadata.namespace.as_deref()?;
+    let name = pod.labels().get(keys::LABEL_BROWSER).cloned().or_else(|| {
+        pod.owner_references()
+            .iter()
+            .find(|r| r.controller == Some(true) && r.kind == keys::BROWSER_KIND)
+            .map(|r| r.name.clone())
+    })?;
+    Some(ObjectRef::new_with(&name, browser.clone()).within(ns))
+}
+
+/// Browsers of a namespace still waiting for their pod: a BrowserConfig change may now
+/// resolve them (SPEC §4.4).
+pub fn waiting_browsers(
+    browsers: &Store<DynamicObject>,
+    ns: &str,
+    browser: &kube::core::ApiResource,
+) -> Vec<ObjectRef<DynamicObject>> {
+    browsers
+        .state()
+        .iter()
+        .filter(|b| b.metadata.namespace.as_deref() == Some(ns))
+        .filter(|b| b.metadata.deletion_timestamp.is_none())
+        .filter(|b| b.data.pointer("/status/phase").is_none())
+        .filter_map(|b| {
+            Some(ObjectRef::new_with(b.metadata.name.as_deref()?, browser.clone()).within(ns))
+        })
+        .collect()
+}
+
+/// Observes the `scheduled` startup stage on the first live watch event that shows a pod
+/// scheduled; `pods` still holds the previous state. A relist (start-up, watch gap) is not a
+/// first sighting: the pod may have been seen before, so it is never counted twice.
+pub fn observe_scheduling(
+    pods: Store<DynamicObject>,
+    pod_resource: kube::core::ApiResource,
+    metrics: Arc<Metrics>,
+) -> impl FnMut(&Result<watcher::Event<DynamicObject>, watcher::Error>) {
+    move |event| {
+        if let Ok(watcher::Event::Apply(pod)) = event {
+            let before = pods.get(&ObjectRef::from_obj_with(pod, pod_resource.clone()));
+            if let Some((created, scheduled)) = metrics::first_scheduled(before.as_deref(), pod) {
+                metrics.startup(Stage::Scheduled, created, scheduled);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lifecycle::decide::{self, Observed, Settings};
+    use serde_json::json;
+
+    fn golden_pod(text: &str) -> Value {
+        crate::manifest::parse(text, std::path::Path::new("golden"))
+            .unwrap()
+            .remove(0)
+    }
+
+    fn goldens() -> Vec<Value> {
+        vec![
+            golden_pod(include_str!("../../testdata/golden/chrome.pod.yaml")),
+            golden_pod(include_str!("../../testdata/golden/playwright.pod.yaml")),
+        ]
+    }
+
+    fn names(pod: &Value, list: &str) -> Vec<String> {
+        pod["spec"][list]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c["name"].as_str().map(String::from))
+            .collect()
+    }
+
+    /// Pod states as a kubelet reports them, for every container of `pod`.
+    fn pod_states(pod: &Value) -> Vec<Value> {
+        let containers = names(pod, "containers");
+        let inits = names(pod, "initContainers");
+        let each = |list: &[String], state: &dyn Fn(usize) -> Value| -> Value {
+            list.iter()
+                .enumerate()
+                .map(|(i, name)| json!({"name": name, "image": "img", "ready": true, "restartCount": 0, "state": state(i),
+                    "imageID": "docker.io/img@sha256:0123", "containerID": format!("containerd://{i}"), "started": true,
+                    "lastState": {"terminated": {"exitCode": 1, "reason": "Error"}}, "user": {"linux": {"uid": 1000, "gid": 1000}},
+                    "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}], "resources": {"limits": {"memory": "1Gi"}}}))
+                .collect()
+        };
+        let running = json!({"running": {"startedAt": "2026-11-22T10:00:03Z"}});
+        let done = json!({"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": "2026-11-22T10:00:02Z", "finishedAt": "2026-11-22T10:00:03Z"}});
+        let conditions = json!([{"type": "PodScheduled", "status": "True", "lastProbeTime": null, "lastTransitionTime": "2026-11-22T10:00:01Z"},
+                                {"type": "Ready", "status": "True", "lastProbeTime": null, "lastTransitionTime": "2026-11-22T10:00:03Z"}]);
+        let mut states = vec![
+            json!({"phase": "Pending"}),
+            json!({"phase": "Pending", "startTime": "2026-11-22T10:00:01Z"}),
+            json!({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/3 nodes are available"}]}),
+            json!({"phase": "Pending", "startTime": "2026-11-22T10:00:01Z", "conditions": conditions,
+                   "initContainerStatuses": each(&inits, &|_| done.clone()),
+                   "containerStatuses": each(&containers, &|_| json!({"waiting": {"reason": "PodInitializing"}}))}),
+            json!({"phase": "Pending", "startTime": "2026-11-22T10:00:01Z", "conditions": conditions,
+                   "initContainerStatuses": each(&inits, &|_| json!({"waiting": {"reason": "CrashLoopBackOff", "message": "back-off"}})),
+                   "containerStatuses": each(&containers, &|_| json!({"waiting": {"reason": "PodInitializing"}}))}),
+            json!({"phase": "Running", "podIP": "10.1.2.3", "startTime": "2026-11-22T10:00:01Z", "conditions": conditions,
+                   "initContainerStatuses": each(&inits, &|_| done.clone()),
+                   "containerStatuses": each(&containers, &|_| running.clone())}),
+            json!({"phase": "Running", "podIP": "10.1.2.3", "startTime": "2026-11-22T10:00:01Z", "conditions": conditions,
+                   "initContainerStatuses": each(&inits, &|_| running.clone()),
+                   "containerStatuses": each(&containers, &|i| if i == 0 { done.clone() } else { running.clone() })}),
+            json!({"phase": "Failed", "reason": "Evicted", "message": "The node was low on resource: memory.",
+                   "startTime": "2026-11-22T10:00:01Z", "conditions": conditions,
+                   "containerStatuses": each(&containers, &|_| done.clone())}),
+        ];
+        // What a kubelet adds that no decision reads.
+        for state in &mut states {
+            state["hostIP"] = json!("10.0.0.2");
+            state["hostIPs"] = json!([{"ip": "10.0.0.2"}]);
+            state["qosClass"] = json!("Burstable");
+            if let Some(ip) = state.get("podIP").cloned() {
+                state["podIPs"] = json!([{"ip": ip}]);
+            }
+        }
+        states
+    }
+
+    #[test]
+    fn pruned_pods_lead_to_the_same_decisions_as_full_ones() {
+        let mut cases = 0;
+        for golden in goldens() {
+            // The same pod with its init containers as sidecars (restartPolicy Always).
+            let mut sidecars = golden.clone();
+            if let Some(inits) = sidecars["spec"]["initContainers"].as_array_mut() {
+                for c in inits {
+                    c["restartPolicy"] = json!("Always");
+                }
+            }
+            for base in [golden, sidecars] {
+                for state in pod_states(&base) {
+                    let mut pod = base.clone();
+                    if state["phase"] == "Running" || state.get("startTime").is_some() {
+                        pod["spec"]["nodeName"] = json!("node-1");
+                    }
+                    pod["metadata"]["uid"] = json!("pod-uid");
+                    pod["metadata"]["creationTimestamp"] = json!("2026-11-22T10:00:01Z");
+                    pod["status"] = state;
+                    let owner = &pod["metadata"]["ownerReferences"][0];
+                    for browser_status in [
+                        json!({}),
+                        json!({"phase": "Pending"}),
+                        json!({"phase": "Running", "podIP": "10.1.2.3", "startTime": "2026-11-22T10:00:01Z"}),
+                    ] {
+                        let browser: DynamicObject = serde_json::from_value(json!({
+                            "apiVersion": "selenosis.io/v1", "kind": "Browser",
+                            "metadata": {"name": owner["name"], "namespace": "selenosis", "uid": owner["uid"],
+                                "creationTimestamp": "2026-11-22T10:00:00Z", "finalizers": [keys::FINALIZER],
+                                "labels": pod["metadata"]["labels"]},
+                            "spec": {"browserName": "chrome", "browserVersion": "139.0"},
+                            "status": browser_status,
+                        }))
+                        .unwrap();
+                        let mut pruned: DynamicObject =
+                            serde_json::from_value(pod.clone()).unwrap();
+                        prune_pod(&mut pruned);
+                        let pruned = serde_json::to_value(&pruned).unwrap();
+                        // Early, and past the pod creation timeout.
+                        for now in ["2026-11-22T10:00:05Z", "2026-11-22T10:10:00Z"] {
+                            let plan = |pod: &Value| {
+                                let observed = Observed {
+                                    browser: &browser,
+                                    pod: Some(pod),
+                                    now: now.parse().unwrap(),
+                                };
+                                decide::decide(&observed, &Settings::default(), || {
+                                    unreachable!("the pod exists")
+                                })
+                            };
+                            assert_eq!(plan(&pod), plan(&pruned), "{pod:#}");
+                            cases += 1;
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(cases, 2 * 2 * 8 * 3 * 2);
+    }
+
+    #[test]
+    fn pruned_pods_keep_names_ports_restart_policies_node_and_the_status_decisions_read() {
+        let mut pod = golden_pod(include_str!("../../testdata/golden/playwright.pod.yaml"));
+        pod["spec"]["nodeName"] = json!("node-1");
+        pod["spec"]["initContainers"][0]["restartPolicy"] = json!("Always");
+        let state = |extra: Value| {
+            let mut status = json!({"name": "browser", "state": {"running": {}}, "image": "i", "restartCount": 0});
+            status
+                .as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            status
+        };
+        let kubelet = json!({"imageID": "i@sha256:1", "containerID": "c://1", "ready": true, "started": true, "lastState": {}});
+        pod["status"] = json!({"phase": "Running", "podIP": "10.1.2.3", "podIPs": [{"ip": "10.1.2.3"}], "hostIP": "10.0.0.2",
+            "qosClass": "Burstable", "startTime": "2026-11-22T10:00:01Z", "reason": "R", "message": "M",
+            "conditions": [{"type": "Ready", "status": "True", "lastProbeTime": null, "lastTransitionTime": "2026-11-22T10:00:03Z", "reason": "R", "message": "M"},
+                {"type": "PodScheduled", "status": "True", "lastProbeTime": null, "lastTransitionTime": "2026-11-22T10:00:01Z", "reason": "R", "message": "M"}],
+            "containerStatuses": [state(kubelet.clone())], "initContainerStatuses": [state(kubelet)]});
+        let mut object: DynamicObject = serde_json::from_value(pod.clone()).unwrap();
+        prune_pod(&mut object);
+        assert_eq!(
+            object.data["status"],
+            json!({"phase": "Running", "podIP": "10.1.2.3", "startTime": "2026-11-22T10:00:01Z", "reason": "R", "message": "M",
+                "conditions": [{"type": "PodScheduled", "status": "True", "reason": "R", "message": "M", "lastTransitionTime": "2026-11-22T10:00:01Z"}],
+                "containerStatuses": [state(json!({}))], "initContainerStatuses": [state(json!({}))]})
+        );
+        assert!(object.metadata.annotations.is_none());
+        assert_eq!(
+            object.metadata.labels,
+            serde_json::from_value(pod["metadata"]["labels"].clone()).unwrap()
+        );
+        assert!(object.metadata.owner_references.is_some());
+        let spec = object.data["spec"].as_object().unwrap();
+        let mut keys: Vec<&String> = spec.keys().collect();
+        keys.sort();
+        assert_eq!(keys, ["containers", "initContainers", "nodeName"]);
+        assert_eq!(
+            object.data["spec"]["containers"][0],
+            json!({"name": "browser", "ports": pod["spec"]["containers"][0]["ports"]})
+        );
+        assert_eq!(
+            object.data["spec"]["initContainers"][0],
+            json!({"name": "install-playwright-core", "restartPolicy": "Always"})
+        );
+        // What is dropped is most of the pod.
+        let before = serde_json::to_string(&pod).unwrap().len();
+        let after = serde_json::to_string(&object).unwrap().len();
+        assert!(after * 2 < before, "{after} of {before} bytes kept");
+    }
+
+    #[test]
+    fn pods_map_to_browsers_by_label_then_owner() {
+        let ar = kube::core::ApiResource {
+            group: "selenosis.io".into(),
+            version: "v1".into(),
+            api_version: "selenosis.io/v1".into(),
+            kind: "Browser".into(),
+            plural: "browsers".into(),
+        };
+        let labelled: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "ns", "labels": {"selenosis.io/browser": "s1"}}
+        }))
+        .unwrap();
+        assert_eq!(browser_of_pod(&labelled, &ar).unwrap().name, "s1");
+        let owned: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "ns", "ownerReferences": [
+                {"apiVersion": "browser.selenosis.io/v1", "kind": "Browser", "name": "s2", "uid": "u", "controller": true}
+            ]}
+        }))
+        .unwrap();
+        assert_eq!(browser_of_pod(&owned, &ar).unwrap().name, "s2");
+    }
+}

@@ -1,0 +1,287 @@
+//! The watch stages every cache of the operator goes through: errors counted and logged, a
+//! watch that expired relisted at once, a short bounded backoff otherwise, and the health of
+//! each watch (first list done; failing now) for readiness, reconciles and metrics.
+//!
+//! Errors never reach a kube-runtime `Controller`: its trigger backoff (up to 30 s) would
+//! pause every trigger stream of the controller — and with them the caches they fill — long
+//! after the API server is back.
+
+use std::future::ready;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::{Stream, StreamExt};
+use kube::Resource;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::utils::Backoff;
+use kube::runtime::watcher::{self, ExponentialBackoff};
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use crate::metrics::Metrics;
+
+/// First retry after a watch error, and the longest pause between retries before jitter
+/// (jitter adds up to as much again): an API server that comes back is seen within seconds.
+const BACKOFF_MIN: Duration = Duration::from_millis(200);
+const BACKOFF_MAX: Duration = Duration::from_secs(2);
+
+/// A failing watch retries at least this often (the longest backoff with jitter, plus a
+/// margin). A watch that saw an error and none since for this long has resumed: a watch that
+/// resumes from its resourceVersion yields no event of its own to say so.
+const RETRY_BOUND: Duration = Duration::from_secs(6);
+
+/// The backoff of every watch of the operator.
+pub fn backoff() -> impl Backoff {
+    ExponentialBackoff::from(
+        backon::ExponentialBuilder::default()
+            .with_min_delay(BACKOFF_MIN)
+            .with_max_delay(BACKOFF_MAX)
+            .with_factor(2.0)
+            .with_jitter()
+            .without_max_times(),
+    )
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Lists completed (the first one makes the cache usable).
+    lists: u64,
+    /// The first error of the current outage.
+    failing_since: Option<Instant>,
+    last_error: Option<Instant>,
+}
+
+/// The health of one watch.
+pub struct WatchHealth {
+    resource: &'static str,
+    metrics: Arc<Metrics>,
+    state: Mutex<State>,
+    synced: watch::Sender<bool>,
+}
+
+impl WatchHealth {
+    pub fn new(resource: &'static str, metrics: Arc<Metrics>) -> Arc<Self> {
+        Arc::new(Self {
+            resource,
+            metrics,
+            state: Mutex::new(State::default()),
+            synced: watch::Sender::new(false),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Completes once the first list is in the cache; `false` if the watch is gone.
+    /// (kube-runtime's `Store::wait_until_ready` wakes only its last waiter, so concurrent
+    /// reconciles wait on this signal instead.)
+    pub async fn synced(&self) -> bool {
+        self.synced.subscribe().wait_for(|s| *s).await.is_ok()
+    }
+
+    /// Whether the cache is complete and the watch is not failing now.
+    pub fn is_up(&self) -> bool {
+        self.is_up_at(Instant::now())
+    }
+
+    fn is_up_at(&self, now: Instant) -> bool {
+        let state = self.lock();
+        let failing = state.failing_since.is_some()
+            && state
+                .last_error
+                .is_some_and(|at| now.saturating_duration_since(at) < RETRY_BOUND);
+        state.lists > 0 && !failing
+    }
+
+    /// Records an error; returns whether it began an outage.
+    fn error(&self, now: Instant) -> bool {
+        let mut state = self.lock();
+        // Quiet for longer than any backoff since the last error: that outage ended unseen.
+        let resumed = state
+            .last_error
+            .is_none_or(|at| now.saturating_duration_since(at) >= RETRY_BOUND);
+        state.last_error = Some(now);
+        if state.failing_since.is_none() || resumed {
+            state.failing_since = Some(now);
+            return true;
+        }
+        false
+    }
+
+    /// Records that the watch delivers again (a list completed, or an event arrived);
+    /// returns how long it had been failing.
+    fn recovered(&self, now: Instant, listed: bool) -> Option<Duration> {
+        let mut state = self.lock();
+        if listed {
+            state.lists += 1;
+        }
+        state.last_error = None;
+        state
+            .failing_since
+            .take()
+            .map(|since| now.saturating_duration_since(since))
+    }
+
+    fn observe_error(&self, error: &watcher::Error) {
+        self.metrics.watch_error(self.resource);
+        if self.error(Instant::now()) {
+            warn!(resource = self.resource, %error, "watch failed; retrying");
+        }
+    }
+
+    fn observe_event<K>(&self, event: &watcher::Event<K>) {
+        let listed = match event {
+            watcher::Event::Init => {
+                if self.lock().lists > 0 {
+                    self.metrics.watch_restart(self.resource);
+                }
+                return;
+            }
+            watcher::Event::InitApply(_) => return,
+            watcher::Event::InitDone => true,
+            watcher::Event::Apply(_) | watcher::Event::Delete(_) => false,
+        };
+        if let Some(down) = self.recovered(Instant::now(), listed) {
+            self.metrics.watch_resync(self.resource, down);
+            info!(resource = self.resource, after = ?down, relisted = listed, "watch resumed");
+        }
+        if listed {
+            self.synced.send_replace(true);
+        }
+    }
+}
+
+/// Passes the first `410 Expired` of a run straight on, so that the watcher relists at once;
+/// a second one in a row goes through the backoff like any error.
+fn relist_expired_at_once<K>() -> impl FnMut(&Result<watcher::Event<K>, watcher::Error>) -> bool {
+    let mut skipped = false;
+    move |item| match item {
+        Err(watcher::Error::WatchError(status)) if status.code == 410 && !skipped => {
+            skipped = true;
+            false
+        }
+        Err(_) => true,
+        Ok(_) => {
+            skipped = false;
+            true
+        }
+    }
+}
+
+/// A watcher with the operator's error handling and backoff; errors still flow downstream
+/// (the reflector ignores them) until [`triggers`] drops them. Call [`observe`] after the
+/// reflector, so that a list counts as done once it is in the cache.
+pub fn watch<K>(
+    api: kube::Api<K>,
+    config: watcher::Config,
+    health: Arc<WatchHealth>,
+) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    let mut relist = relist_expired_at_once();
+    watcher::watcher(api, config)
+        .inspect(move |item| {
+            if let Err(error) = item {
+                health.observe_error(error);
+            }
+        })
+        .filter(move |item| ready(relist(item)))
+        .boxed()
+        .backoff(backoff())
+}
+
+/// Records list completions and recoveries of a watch, after its reflector; `listed` runs
+/// each time a list is in the cache.
+pub fn observe<K>(
+    health: Arc<WatchHealth>,
+    mut listed: impl FnMut(),
+) -> impl FnMut(&Result<watcher::Event<K>, watcher::Error>) {
+    move |item| {
+        if let Ok(event) = item {
+            health.observe_event(event);
+            if matches!(event, watcher::Event::InitDone) {
+                listed();
+            }
+        }
+    }
+}
+
+/// The objects that live watch events touched (applied; deleted too with `deleted`), for a
+/// controller's triggers. A list triggers nothing here: what it brings is reconciled all at
+/// once when the list is in the cache (the `listed` callback of [`observe`]), since a
+/// reconcile triggered during a relist would still read the cache from before it. Errors
+/// were counted and backed off upstream, and must not pause the controller.
+pub fn live_changes<K, S>(
+    stream: S,
+    deleted: bool,
+) -> impl Stream<Item = Result<K, watcher::Error>> + Send
+where
+    S: Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send,
+    K: Send,
+{
+    stream.filter_map(move |item| {
+        ready(match item {
+            Ok(watcher::Event::Apply(object)) => Some(Ok(object)),
+            Ok(watcher::Event::Delete(object)) if deleted => Some(Ok(object)),
+            _ => None,
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::core::Status;
+
+    fn health() -> Arc<WatchHealth> {
+        WatchHealth::new("browsers", Arc::new(Metrics::new()))
+    }
+
+    #[test]
+    fn a_watch_is_up_once_listed_and_down_while_it_fails() {
+        let h = health();
+        let t0 = Instant::now();
+        assert!(!h.is_up_at(t0), "not listed yet");
+        h.recovered(t0, true);
+        assert!(h.is_up_at(t0));
+        h.error(t0);
+        assert!(!h.is_up_at(t0 + Duration::from_secs(1)));
+        // Errors keep coming while the server is away.
+        h.error(t0 + Duration::from_secs(5));
+        assert!(!h.is_up_at(t0 + Duration::from_secs(10)));
+        // No error for longer than any backoff: the watch resumed without a relist.
+        assert!(h.is_up_at(t0 + Duration::from_secs(5) + RETRY_BOUND));
+        // Or it relisted.
+        h.error(t0 + Duration::from_secs(20));
+        let down = h.recovered(t0 + Duration::from_secs(23), true);
+        assert_eq!(down, Some(Duration::from_secs(3)));
+        assert!(h.is_up_at(t0 + Duration::from_secs(23)));
+    }
+
+    #[test]
+    fn the_backoff_stays_within_a_few_seconds() {
+        let mut b = backoff();
+        let delays: Vec<Duration> = (0..20).map(|_| b.next().unwrap()).collect();
+        assert!(delays[0] >= BACKOFF_MIN && delays[0] < 2 * BACKOFF_MIN);
+        assert!(delays.iter().all(|d| *d < 2 * BACKOFF_MAX), "{delays:?}");
+        assert!(2 * BACKOFF_MAX < RETRY_BOUND);
+        b.reset();
+        assert!(b.next().unwrap() < 2 * BACKOFF_MIN);
+    }
+
+    fn expired() -> Result<watcher::Event<()>, watcher::Error> {
+        let status = Status::failure("too old resource version", "Expired").with_code(410);
+        Err(watcher::Error::WatchError(Box::new(status)))
+    }
+
+    #[test]
+    fn one_expiry_in_a_row_skips_the_backoff() {
+        let mut pass = relist_expired_at_once::<()>();
+        assert!(!pass(&expired()), "the first expiry relists at once");
+        assert!(pass(&expired()), "a second in a row backs off");
+        assert!(pass(&Ok(watcher::Event::Init)));
+        assert!(!pass(&expired()), "after a success, at once again");
+    }
+}
