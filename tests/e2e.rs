@@ -20,7 +20,7 @@
 
 mod support;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::ApiResource;
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
 
 use browser_controller::api::crd::Layout;
@@ -119,7 +119,7 @@ impl Backend {
     }
 
     async fn control_plane(assets: &Assets) -> Result<Self, String> {
-        let plane = ControlPlane::start(assets)
+        let plane = ControlPlane::start_with(assets, controlplane::Options { audit: true })
             .await
             .map_err(|e| e.to_string())?;
         let client = plane.client().await.map_err(|e| e.to_string())?;
@@ -160,6 +160,43 @@ impl Backend {
             plane: None,
             image: std::env::var("E2E_IMAGE").unwrap_or_else(|_| DEFAULT_CLUSTER_IMAGE.into()),
         })
+    }
+
+    /// How many times each pod of `ns` was created, as the API server recorded it; `None`
+    /// where the backend cannot tell (an existing cluster).
+    fn pod_creates(&self, ns: &str) -> Option<BTreeMap<String, usize>> {
+        if let Some((server, _)) = &self.double {
+            let mut creates = BTreeMap::new();
+            for r in server.requests() {
+                if r.resource == "pods"
+                    && r.subresource.is_none()
+                    && r.namespace.as_deref() == Some(ns)
+                    && matches!(r.verb.as_str(), "create" | "patch")
+                    && r.status == 201
+                    && let Some(name) = r.name.or_else(|| (r.verb == "create").then(String::new))
+                {
+                    *creates.entry(name).or_insert(0) += 1;
+                }
+            }
+            return Some(creates);
+        }
+        self.plane.as_ref().map(|p| p.pod_creates(ns))
+    }
+
+    /// Takes the API server away and back, as a control-plane upgrade does: the double
+    /// answers 503 for a while; the control plane's kube-apiserver restarts. Returns once it
+    /// serves again.
+    async fn outage(&self) -> Result<(), String> {
+        if let Some((server, _)) = &self.double {
+            server.set_unavailable(true);
+            tokio::time::sleep(Duration::from_secs(8)).await;
+            server.set_unavailable(false);
+            return Ok(());
+        }
+        match &self.plane {
+            Some(plane) => plane.restart_apiserver().await.map_err(|e| e.to_string()),
+            None => Err("an existing cluster's API server is not ours to restart".into()),
+        }
     }
 
     /// What to print when a scenario failed.
@@ -328,13 +365,17 @@ impl Ctx {
             .open(&self.log)
             .unwrap();
         let mut command = Command::new(BIN);
+        // Endpoints off unless a scenario asks for them.
+        let defaults = ["--metrics-addr=0", "--health-probe-bind-address=0"]
+            .into_iter()
+            .filter(|d| {
+                let flag = d.split('=').next().unwrap_or_default();
+                !flags.iter().any(|f| f.split('=').next() == Some(flag))
+            });
         command
             .arg(format!("--namespace={}", self.ns))
-            .args([
-                "--metrics-addr=0",
-                "--health-probe-bind-address=0",
-                "--log-level=info",
-            ])
+            .args(defaults)
+            .arg("--log-level=info")
             .args(flags)
             .env("KUBECONFIG", &self.be.operator_kubeconfig)
             .env_remove("RUST_LOG")
@@ -684,7 +725,10 @@ async fn record(
     kind: &'static str,
     seen: Arc<Mutex<Vec<(&'static str, Value)>>>,
 ) {
-    let mut stream = watcher(api, watcher::Config::default()).boxed();
+    // Resumes across API server restarts within seconds, as the operator's watches do.
+    let mut stream = watcher(api, watcher::Config::default())
+        .backoff(browser_controller::controller::watch::backoff())
+        .boxed();
     while let Some(event) = stream.next().await {
         if let Ok(watcher::Event::Apply(obj) | watcher::Event::InitApply(obj)) = event
             && let Ok(v) = serde_json::to_value(&obj)
@@ -707,6 +751,8 @@ struct Scenario {
     /// Runs alone, before the current CRDs are installed, and installs them itself (CRDs
     /// are cluster-wide: no other scenario may run meanwhile).
     before_crds: bool,
+    /// Runs alone, after the others: it takes the API server away.
+    alone: bool,
     run: Run,
 }
 
@@ -720,6 +766,7 @@ macro_rules! scenario {
             simulated: $simulated,
             layout: $layout,
             before_crds: false,
+            alone: false,
             run: |cx| Box::pin($f(cx)),
         }
     };
@@ -785,6 +832,13 @@ fn scenarios() -> Vec<Scenario> {
             false
         ),
         scenario!(split_group_layout_runs_the_same, true, Layout::SplitGroups),
+        Scenario {
+            alone: true,
+            ..scenario!(
+                api_server_restart_and_operator_kill_during_a_burst_one_pod_each_and_quick_recovery,
+                true
+            )
+        },
     ]
 }
 
@@ -1245,6 +1299,163 @@ async fn split_group_layout_runs_the_same(cx: Arc<Ctx>) {
     cx.until_gone("split").await;
 }
 
+/// An API server restart during a burst, with the operator SIGKILLed and restarted as well:
+/// every Browser gets at most one pod (as the API server recorded the creates, and as a
+/// watch that resumes across the outage saw them), every Browser created before or after
+/// the outage has a status within seconds of the API server serving again and settles
+/// (Running, or failed with a reason) within seconds more, `/readyz` is not ready while the
+/// API server is away, and nothing is left once the Browsers are deleted.
+async fn api_server_restart_and_operator_kill_during_a_burst_one_pod_each_and_quick_recovery(
+    cx: Arc<Ctx>,
+) {
+    /// Within this much of the API server serving again, every Browser has a status.
+    const STATUS_BOUND: Duration = Duration::from_secs(5);
+    /// The pod's own start on top: the kubelet simulator resumes its watch (up to 4 s of
+    /// backoff) and walks the pod through its steps.
+    const SETTLE_BOUND: Duration = Duration::from_secs(10);
+    let probe = host::free_port();
+    let health = format!("--health-probe-bind-address=127.0.0.1:{probe}");
+    cx.start_operator(&[&health]);
+    cx.chrome_config().await;
+    let names: Vec<String> = (0..100).map(|i| format!("r{i:03}")).collect();
+    // A third of the sessions end on their own (the sidecar exits), through the outage too.
+    for (i, name) in names.iter().enumerate() {
+        if i % 3 == 0 {
+            cx.kubelet().set(
+                name,
+                Script::ExitAfterRunning {
+                    container: "seleniferous".into(),
+                    exit_code: 0,
+                    after: Duration::from_millis(500 + 50 * i as u64),
+                },
+            );
+        }
+    }
+    let create = |n: String| {
+        let cx = cx.clone();
+        async move { cx.create_browser(&n, json!({})).await }
+    };
+    futures::stream::iter(names.iter().cloned().map(create))
+        .buffer_unordered(50)
+        .collect::<Vec<()>>()
+        .await;
+    let (every, limit) = (Duration::from_millis(100), Duration::from_secs(120));
+    cx.until_within(limit, every, "20 pods", |s| s.pods.len() >= 20)
+        .await;
+    cx.kill_operator();
+    cx.start_operator(&[&health]);
+    // Readiness as a kubelet would probe it, every 100 ms.
+    let probing = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let prober = {
+        let probing = probing.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut samples = Vec::new();
+            while probing.load(std::sync::atomic::Ordering::Relaxed) {
+                let code = host::http_get(probe, "/readyz").map(|(code, _)| code);
+                samples.push((Instant::now(), code));
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            samples
+        })
+    };
+    cx.until_within(limit, every, "the restarted operator ready", |_| {
+        host::http_get(probe, "/readyz").is_some_and(|(code, _)| code == 200)
+    })
+    .await;
+    let away = Instant::now();
+    cx.be.outage().await.expect("API server back");
+    let back = Instant::now();
+    let late: Vec<String> = (0..10).map(|i| format!("late{i}")).collect();
+    futures::stream::iter(late.iter().cloned().map(create))
+        .buffer_unordered(10)
+        .collect::<Vec<()>>()
+        .await;
+    let all: Vec<String> = names.iter().chain(&late).cloned().collect();
+    let has_status = |s: &Snapshot, n: &str| {
+        s.browser(n)
+            .is_none_or(|b| b["status"]["phase"].is_string())
+    };
+    let snap = cx
+        .until_within(STATUS_BOUND, every, "a status on every Browser", |s| {
+            all.iter().all(|n| has_status(s, n))
+        })
+        .await;
+    let statused = back.elapsed();
+    // Settled: Running with its IP, or failed with a reason (and then gone, or going).
+    let settled = |s: &Snapshot, n: &str| {
+        s.browser(n).is_none_or(|b| {
+            let status = &b["status"];
+            (status["phase"] == "Running" && status["podIP"].is_string())
+                || (status["phase"] == "Failed" && status["reason"].is_string())
+        })
+    };
+    cx.until_within(SETTLE_BOUND, every, "every Browser settled", |s| {
+        all.iter().all(|n| settled(s, n))
+    })
+    .await;
+    println!(
+        "    API server away {:.1}s; statuses {:.1}s and settled {:.1}s after it was back; {} of {} Browsers then",
+        (back - away).as_secs_f64(),
+        statused.as_secs_f64(),
+        back.elapsed().as_secs_f64(),
+        snap.browsers.len(),
+        all.len()
+    );
+    probing.store(false, std::sync::atomic::Ordering::Relaxed);
+    let samples = prober.await.expect("readiness prober");
+    let while_away: Vec<Option<u16>> = samples
+        .iter()
+        .filter(|(t, _)| *t > away + Duration::from_secs(1) && *t < back)
+        .map(|(_, code)| *code)
+        .collect();
+    assert!(
+        while_away.contains(&Some(503)),
+        "/readyz while the API server was away: {while_away:?}"
+    );
+    let ready_again = samples
+        .iter()
+        .find(|(t, code)| *t >= back && *code == Some(200))
+        .map(|(t, _)| *t - back);
+    assert!(
+        ready_again.is_some_and(|after| after <= STATUS_BOUND),
+        "/readyz ready again {ready_again:?} after the API server was back"
+    );
+    let remaining: Vec<String> = cx
+        .snapshot()
+        .await
+        .browsers
+        .iter()
+        .filter_map(|b| b["metadata"]["name"].as_str().map(String::from))
+        .collect();
+    for name in &remaining {
+        // The operator may delete a failed one first.
+        match cx.browsers().delete(name, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => panic!("browser {name} deleted: {e}"),
+        }
+    }
+    cx.until_within(limit, every, "all gone", |s| {
+        s.browsers.is_empty() && s.pods.is_empty()
+    })
+    .await;
+    for name in &all {
+        assert!(
+            cx.pod_uids(name).len() <= 1,
+            "{name}: pods {:?}",
+            cx.pod_uids(name)
+        );
+    }
+    if let Some(creates) = cx.be.pod_creates(&cx.ns) {
+        let twice: Vec<_> = creates.iter().filter(|(_, n)| **n > 1).collect();
+        assert!(twice.is_empty(), "pods created more than once: {twice:?}");
+        assert!(
+            !creates.is_empty(),
+            "the API server recorded the pod creates"
+        );
+    }
+}
+
 /// Older CRD sets this operator's CRDs must replace with objects in place: every released
 /// set of ours (`testdata/crd-history/`, both layouts), and the selenosis Helm chart's (the Go
 /// controller's, split layout) when the upstream examples are beside the repository.
@@ -1637,6 +1848,8 @@ async fn run_backend(be: Backend, selected: &[&Scenario], tally: &mut Tally) {
     let started = Instant::now();
     let (before, selected): (Vec<&Scenario>, Vec<&Scenario>) =
         selected.iter().copied().partition(|s| s.before_crds);
+    let (alone, selected): (Vec<&Scenario>, Vec<&Scenario>) =
+        selected.into_iter().partition(|s| s.alone);
     // An existing cluster got `crds/` when the backend started; nothing else is installed there.
     let mut crds_installed = be.kind == Kind::Cluster;
     for (i, s) in before.iter().enumerate() {
@@ -1693,10 +1906,29 @@ async fn run_backend(be: Backend, selected: &[&Scenario], tally: &mut Tally) {
             Some(Err(_)) => tally.failed.push(label),
         }
     }
+    for (i, s) in alone.iter().enumerate() {
+        let label = format!("{}/{}", be.kind.name(), s.name);
+        if s.simulated && !be.simulated() {
+            println!("test {label} ... skipped (needs the kubelet simulator)");
+            tally.skipped += 1;
+            continue;
+        }
+        let t = Instant::now();
+        match run_one(be.clone(), s, 80 + i).await {
+            Ok(()) => {
+                println!("test {label} ... ok ({:.1}s)", t.elapsed().as_secs_f64());
+                tally.passed += 1;
+            }
+            Err(e) => {
+                println!("test {label} ... FAILED\n{e}");
+                tally.failed.push(label);
+            }
+        }
+    }
     println!(
         "{}: {} scenarios in {:.1}s",
         be.kind.name(),
-        selected.len(),
+        selected.len() + alone.len(),
         started.elapsed().as_secs_f64()
     );
     match Arc::try_unwrap(be) {

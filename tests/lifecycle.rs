@@ -11,7 +11,7 @@ use std::time::Duration;
 use clap::Parser;
 use futures::StreamExt;
 use kube::Client;
-use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
@@ -108,6 +108,10 @@ impl Env {
                 }
             }
         });
+    }
+
+    fn client_pods(&self) -> Api<DynamicObject> {
+        Api::namespaced_with(self.client.clone(), NS, &support::kinds::pod_resource())
     }
 
     fn browsers(&self) -> Api<DynamicObject> {
@@ -235,6 +239,35 @@ impl Env {
             .filter(|l| !l.contains("dry-run"))
             .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
             .sum()
+    }
+
+    /// Pod applies of the operator that created a pod `name` (201).
+    fn pod_creates(&self, name: &str) -> usize {
+        self.server
+            .requests()
+            .iter()
+            .filter(|r| {
+                r.resource == "pods"
+                    && r.name.as_deref() == Some(name)
+                    && r.patch_type.as_deref() == Some("apply")
+                    && r.status == 201
+            })
+            .count()
+    }
+
+    /// Makes the operator's Browser cache stall: every Browser watch and list fails, so the
+    /// cache keeps what it last saw, while the other watches resume at once.
+    fn stall_browser_watch(&self) {
+        for verb in ["watch", "list"] {
+            self.server.inject(Fault::new(
+                verb,
+                "browsers",
+                503,
+                "ServiceUnavailable",
+                "the server is currently unable to handle the request",
+            ));
+        }
+        self.server.drop_watches();
     }
 
     fn pod_applies(&self) -> usize {
@@ -692,4 +725,169 @@ async fn a_dry_run_rejected_for_a_stale_schema_is_judged_again_with_the_new_one(
     let pod = env.run_s1().await;
     assert_pruned(&pod);
     assert_reported(&env).await;
+}
+
+/// The sequence behind a Browser that got three pods when its API server restarted: the
+/// Pending write is lost (503), the Browser watch stays down while pods are still watched,
+/// the pod fails and the operator fails the Browser, force-deletes the pod and deletes the
+/// Browser, and the Browser cache still holds the Browser as it was before any status.
+/// Nothing of that may make a second pod.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_browser_gets_one_pod_while_its_cache_stalls_through_its_failure() {
+    let env = start(&[]).await;
+    env.chrome_config().await;
+    // The pod fails, so the operator force-deletes it: it is gone at once.
+    env.kubelet.set("once", Script::OomKilled);
+    env.server.inject(
+        Fault::new(
+            "patch",
+            "browsers",
+            503,
+            "ServiceUnavailable",
+            "the server is currently unable to handle the request",
+        )
+        .subresource("status")
+        .object(NS, "once")
+        .times(1),
+    );
+    env.create_browser("once", json!({})).await;
+    env.until("the pod", |e| e.pod("once").is_some()).await;
+    env.stall_browser_watch();
+    env.until("the Browser deleted and its pod gone", |e| {
+        e.pod("once").is_none()
+            && e.browser("once")
+                .is_none_or(|b| b["metadata"]["deletionTimestamp"].is_string())
+    })
+    .await;
+    // Every later pod event and requeue still finds the stale Browser in the cache.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    env.server.clear_faults();
+    env.until_gone("once").await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(env.pod_creates("once"), 1, "one pod, ever");
+    assert!(env.pod("once").is_none());
+    // (The test's own Browser watch was stalled too: the Events tell how it ended.)
+    env.until("the failure's Event", |e| {
+        e.event_reasons("once").contains(&"OOMKilled".to_string())
+    })
+    .await;
+}
+
+/// A Browser removed behind the operator's back (its finalizer taken off by hand) while the
+/// operator's cache still shows it: the 404 of the next write is the operator's last write
+/// for it; the pod it controlled is deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_more_is_written_for_a_browser_the_api_answered_404_for() {
+    let env = start(&[]).await;
+    env.chrome_config().await;
+    env.create_browser("vanish", json!({})).await;
+    env.until("vanish running", |e| is_running(&e.browser("vanish")))
+        .await;
+    env.stall_browser_watch();
+    let browsers = env.browsers();
+    browsers
+        .patch(
+            "vanish",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .expect("finalizer removed by hand");
+    browsers
+        .delete("vanish", &DeleteParams::default())
+        .await
+        .expect("Browser deleted");
+    assert!(env.browser("vanish").is_none());
+    // The pod fails: a reconcile on the stale Browser wants to write the failure.
+    env.client_pods()
+        .patch_status(
+            "vanish",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"phase": "Failed", "reason": "Evicted", "message": "The node was low on resource: memory."}})),
+        )
+        .await
+        .expect("pod status");
+    env.until("the 404 for the Browser", |e| {
+        e.server.requests().iter().any(|r| {
+            r.resource == "browsers" && r.name.as_deref() == Some("vanish") && r.status == 404
+        })
+    })
+    .await;
+    env.until("the pod deleted", |e| e.pod("vanish").is_none())
+        .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    env.server.clear_faults();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let requests = env.server.requests();
+    let first_404 = requests
+        .iter()
+        .position(|r| {
+            r.resource == "browsers" && r.name.as_deref() == Some("vanish") && r.status == 404
+        })
+        .unwrap();
+    let later: Vec<String> = requests[first_404 + 1..]
+        .iter()
+        .filter(|r| r.is_write() && r.name.as_deref() == Some("vanish"))
+        .filter(|r| r.resource == "browsers" || r.patch_type.as_deref() == Some("apply"))
+        .map(|r| {
+            format!(
+                "{} {} {:?} -> {}",
+                r.verb, r.resource, r.subresource, r.status
+            )
+        })
+        .collect();
+    assert!(later.is_empty(), "written after the 404: {later:?}");
+    assert_eq!(env.pod_creates("vanish"), 1);
+}
+
+/// The API server is away for longer than kube-runtime's default watch backoff would wait
+/// out quickly: once it answers again, the watches resume within seconds, and Browsers
+/// created right then get their status within seconds, not after a backoff that grew during
+/// the outage.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_an_api_outage_new_browsers_get_a_status_within_seconds() {
+    let env = start(&[]).await;
+    env.chrome_config().await;
+    env.create_browser("before", json!({})).await;
+    env.until("before running", |e| is_running(&e.browser("before")))
+        .await;
+    env.server.set_unavailable(true);
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    env.server.set_unavailable(false);
+    let back = tokio::time::Instant::now();
+    let names: Vec<String> = (0..5).map(|i| format!("after{i}")).collect();
+    for name in &names {
+        env.create_browser(name, json!({})).await;
+    }
+    host::until_async(
+        "a status on every Browser created after the outage",
+        Duration::from_secs(5),
+        || {
+            names.iter().all(|n| {
+                env.browser(n)
+                    .is_some_and(|b| b["status"]["phase"].is_string())
+            })
+        },
+        || format!("{:#?}", env.server.list("browsers", NS)),
+    )
+    .await;
+    eprintln!(
+        "statuses {:?} after the API server was back",
+        back.elapsed()
+    );
+    for name in &names {
+        env.until("Running", |e| is_running(&e.browser(name))).await;
+    }
+    let text = env.metrics.encode().unwrap();
+    for family in [
+        "browser_controller_watch_restarts_total{resource=\"browsers\"}",
+        "browser_controller_watch_resync_seconds_count{resource=\"browsers\"}",
+    ] {
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with(family) && !l.ends_with(" 0")),
+            "{family} in\n{text}"
+        );
+    }
+    assert_eq!(env.pod_applies(), 6);
 }

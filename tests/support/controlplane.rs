@@ -10,8 +10,10 @@
 //! Children are spawned with `PR_SET_PDEATHSIG`, killed and reaped by [`ControlPlane::stop`]
 //! (or on drop), and every file lives in one temporary directory removed with them.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
@@ -20,12 +22,14 @@ use kube::core::GroupVersionKind;
 use kube::discovery::{Scope, pinned_kind};
 use serde_json::Value;
 
-use super::host::{TempDir, die_with_parent, free_port, http_get, kill, tail};
+use super::host::{TempDir, die_with_parent, free_port, http_get, kill, tail, wait_exit};
 
 /// Field manager of everything the harness applies.
 pub const MANAGER: &str = "e2e-harness";
 const ADMIN_TOKEN: &str = "e2e-admin-token";
 const START_LIMIT: Duration = Duration::from_secs(90);
+/// How long kube-apiserver may take to shut down gracefully before it is killed.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(15);
 
 #[derive(Debug, thiserror::Error)]
 pub enum ControlPlaneError {
@@ -48,6 +52,10 @@ pub enum ControlPlaneError {
     Kubeconfig(String),
     #[error("{file}: {message}")]
     Apply { file: String, message: String },
+}
+
+fn lock(child: &Mutex<Option<Child>>) -> MutexGuard<'_, Option<Child>> {
+    child.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ControlPlaneError {
@@ -94,14 +102,35 @@ fn on_path(name: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
+/// How to start a control plane.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Options {
+    /// Record every pod write in an audit log ([`ControlPlane::pod_creates`]). It costs the
+    /// API server CPU: off for measurements.
+    pub audit: bool,
+}
+
 /// A running etcd + kube-apiserver.
 pub struct ControlPlane {
     // Declared before `dir` so the processes die before their files go.
-    etcd: Option<Child>,
-    apiserver: Option<Child>,
+    etcd: Mutex<Option<Child>>,
+    apiserver: Mutex<Option<Child>>,
+    /// The binary and flags of kube-apiserver, for a restart.
+    apiserver_command: (PathBuf, Vec<String>),
     pub url: String,
     dir: TempDir,
 }
+
+/// Audit policy: pod writes, metadata only.
+const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived, ResponseStarted]
+rules:
+- level: Metadata
+  resources: [{group: \"\", resources: [pods]}]
+  verbs: [create, patch, update, delete]
+- level: None
+";
 
 struct Certs {
     ca: PathBuf,
@@ -166,7 +195,12 @@ fn generate_certs(dir: &Path) -> Result<Certs, ControlPlaneError> {
 
 fn spawn(binary: &Path, args: &[String], log: &Path) -> Result<Child, ControlPlaneError> {
     let name = binary.display().to_string();
-    let out = std::fs::File::create(log).map_err(io(format!("create {}", log.display())))?;
+    // Appended to: a restarted process continues the log of the one before.
+    let out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .map_err(io(format!("open {}", log.display())))?;
     let err = out.try_clone().map_err(io("log file"))?;
     die_with_parent(
         Command::new(binary)
@@ -195,10 +229,16 @@ impl ControlPlane {
     /// Starts etcd and kube-apiserver and waits until `/readyz` answers 200. Spawns from the
     /// calling thread (see [`die_with_parent`]).
     pub async fn start(assets: &Assets) -> Result<Self, ControlPlaneError> {
+        Self::start_with(assets, Options::default()).await
+    }
+
+    /// [`ControlPlane::start`] with `options`.
+    pub async fn start_with(assets: &Assets, options: Options) -> Result<Self, ControlPlaneError> {
         let dir = TempDir::new("controlplane");
         let mut plane = Self {
-            etcd: None,
-            apiserver: None,
+            etcd: Mutex::new(None),
+            apiserver: Mutex::new(None),
+            apiserver_command: (assets.kube_apiserver.clone(), Vec::new()),
             url: String::new(),
             dir,
         };
@@ -218,7 +258,7 @@ impl ControlPlane {
         if etcd_supports(&assets.etcd, "--unsafe-no-fsync") {
             etcd_args.push("--unsafe-no-fsync".to_string());
         }
-        plane.etcd = Some(spawn(&assets.etcd, &etcd_args, &plane.etcd_log())?);
+        *lock(&plane.etcd) = Some(spawn(&assets.etcd, &etcd_args, &plane.etcd_log())?);
         plane
             .wait("etcd", || {
                 http_get(client_port, "/health")
@@ -237,7 +277,7 @@ impl ControlPlane {
         std::fs::create_dir_all(&cert_dir).map_err(io("create cert dir"))?;
         let port = free_port();
         let p = |path: &PathBuf| path.display().to_string();
-        let args = vec![
+        let mut args = vec![
             format!("--etcd-servers={client_url}"),
             format!("--secure-port={port}"),
             "--bind-address=127.0.0.1".to_string(),
@@ -257,14 +297,31 @@ impl ControlPlane {
             "--allow-privileged=true".to_string(),
             "--disable-admission-plugins=ServiceAccount".to_string(),
         ];
-        plane.apiserver = Some(spawn(
+        if options.audit {
+            let policy = plane.dir.join("audit-policy.yaml");
+            write(&policy, AUDIT_POLICY)?;
+            args.push(format!("--audit-policy-file={}", p(&policy)));
+            args.push(format!("--audit-log-path={}", p(&plane.audit_log())));
+        }
+        *plane.apiserver_child() = Some(spawn(
             &assets.kube_apiserver,
             &args,
             &plane.apiserver_log(),
         )?);
+        plane.apiserver_command.1 = args;
         plane.url = format!("https://127.0.0.1:{port}");
         plane.write_kubeconfig(&plane.admin_kubeconfig(), None)?;
-        let client = plane.client().await?;
+        plane.until_ready().await?;
+        Ok(plane)
+    }
+
+    fn apiserver_child(&self) -> MutexGuard<'_, Option<Child>> {
+        lock(&self.apiserver)
+    }
+
+    /// Waits until kube-apiserver answers `/readyz`.
+    async fn until_ready(&self) -> Result<(), ControlPlaneError> {
+        let client = self.client().await?;
         let deadline = Instant::now() + START_LIMIT;
         loop {
             let request = http::Request::get("/readyz").body(Vec::new());
@@ -273,22 +330,73 @@ impl ControlPlane {
                 Err(_) => false,
             };
             if ready {
-                break;
+                return Ok(());
             }
-            if Instant::now() > deadline || plane.exited() {
+            if Instant::now() > deadline || self.exited() {
                 return Err(ControlPlaneError::NotReady {
                     what: "kube-apiserver",
                     limit: START_LIMIT,
-                    log: plane.logs(40),
+                    log: self.logs(40),
                 });
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        Ok(plane)
+    }
+
+    /// Restarts kube-apiserver as an upgrade or a maintenance does: SIGTERM, its own graceful
+    /// shutdown (SIGKILL after [`SHUTDOWN_GRACE`], as a kubelet ends a static pod), then the
+    /// same flags on the same port and etcd.
+    /// Returns once the new one is ready. Spawns from the calling thread.
+    pub async fn restart_apiserver(&self) -> Result<(), ControlPlaneError> {
+        let old = self.apiserver_child().take();
+        if let Some(mut child) = old {
+            if let Ok(pid) = i32::try_from(child.id()) {
+                // SAFETY: signalling our own child process.
+                unsafe {
+                    libc::kill(pid, libc::SIGTERM);
+                }
+            }
+            let exited = tokio::task::spawn_blocking(move || {
+                if wait_exit(&mut child, SHUTDOWN_GRACE).is_none() {
+                    kill(&mut child);
+                }
+            });
+            let _ = exited.await;
+        }
+        let (binary, args) = &self.apiserver_command;
+        *self.apiserver_child() = Some(spawn(binary, args, &self.apiserver_log())?);
+        self.until_ready().await
+    }
+
+    fn audit_log(&self) -> PathBuf {
+        self.dir.join("audit.log")
+    }
+
+    /// How many times each pod of `namespace` was created (a create, or an apply answered
+    /// 201), by the audit log. Empty without [`Options::audit`].
+    pub fn pod_creates(&self, namespace: &str) -> BTreeMap<String, usize> {
+        let mut creates = BTreeMap::new();
+        let text = std::fs::read_to_string(self.audit_log()).unwrap_or_default();
+        for event in text
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        {
+            let target = &event["objectRef"];
+            if target["resource"] == "pods"
+                && target["subresource"].is_null()
+                && target["namespace"] == namespace
+                && matches!(event["verb"].as_str(), Some("create" | "patch"))
+                && event["responseStatus"]["code"] == 201
+                && let Some(name) = target["name"].as_str()
+            {
+                *creates.entry(name.to_string()).or_insert(0) += 1;
+            }
+        }
+        creates
     }
 
     async fn wait(
-        &mut self,
+        &self,
         what: &'static str,
         mut check: impl FnMut() -> bool,
     ) -> Result<(), ControlPlaneError> {
@@ -307,11 +415,10 @@ impl ControlPlane {
     }
 
     /// Whether a child already exited.
-    fn exited(&mut self) -> bool {
-        [self.etcd.as_mut(), self.apiserver.as_mut()]
-            .into_iter()
-            .flatten()
-            .any(|c| matches!(c.try_wait(), Ok(Some(_))))
+    fn exited(&self) -> bool {
+        let gone = |c: &mut Child| matches!(c.try_wait(), Ok(Some(_)));
+        lock(&self.apiserver).as_mut().is_some_and(gone)
+            || lock(&self.etcd).as_mut().is_some_and(gone)
     }
 
     fn etcd_log(&self) -> PathBuf {
@@ -328,10 +435,9 @@ impl ControlPlane {
 
     /// Process ids of etcd and kube-apiserver.
     pub fn pids(&self) -> Vec<u32> {
-        [self.etcd.as_ref(), self.apiserver.as_ref()]
+        [&self.etcd, &self.apiserver]
             .into_iter()
-            .flatten()
-            .map(Child::id)
+            .filter_map(|child| lock(child).as_ref().map(Child::id))
             .collect()
     }
 
@@ -379,14 +485,12 @@ impl ControlPlane {
 
     fn kill_all(&mut self) {
         // The API server first, so it does not log etcd errors on its way out.
-        for child in [self.apiserver.as_mut(), self.etcd.as_mut()]
-            .into_iter()
-            .flatten()
-        {
-            kill(child);
+        if let Some(mut apiserver) = self.apiserver_child().take() {
+            kill(&mut apiserver);
         }
-        self.apiserver = None;
-        self.etcd = None;
+        if let Some(mut etcd) = lock(&self.etcd).take() {
+            kill(&mut etcd);
+        }
     }
 }
 

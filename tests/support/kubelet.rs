@@ -229,7 +229,9 @@ async fn run(client: kube::Client, shared: Arc<Shared>) {
         None => Api::all_with(client.clone(), &pod_resource()),
     };
     let config = watcher::Config::default().labels(&keys::managed_pods_selector());
-    let mut events = watcher(pods, config).default_backoff().boxed();
+    let mut events = watcher(pods, config)
+        .backoff(browser_controller::controller::watch::backoff())
+        .boxed();
     let mut tracked: HashMap<String, Tracked> = HashMap::new();
     let mut tasks = JoinSet::new();
     loop {
@@ -319,8 +321,32 @@ async fn confirm_deletion(api: Api<DynamicObject>, name: String, uid: String, wa
         }),
         ..DeleteParams::default()
     };
-    if let Err(e) = api.delete(&name, &params).await {
-        tracing::debug!(error = %e, pod = name, "kubelet deletion");
+    retry("kubelet deletion", &name, || api.delete(&name, &params)).await;
+}
+
+/// Longest a kubelet keeps retrying one write while the API server is away.
+const RETRY_LIMIT: Duration = Duration::from_secs(120);
+
+/// Runs `write` until it succeeds, as a kubelet does through an API server outage; `false`
+/// when the pod is gone (404, or 409 for a precondition on a replaced pod) or the retries ran
+/// out.
+async fn retry<T, F>(what: &str, pod: &str, mut write: impl FnMut() -> F) -> bool
+where
+    F: std::future::Future<Output = Result<T, kube::Error>>,
+{
+    let deadline = tokio::time::Instant::now() + RETRY_LIMIT;
+    loop {
+        match write().await {
+            Ok(_) => return true,
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => return false,
+            Err(e) => {
+                tracing::debug!(error = %e, pod, "{what}; retrying");
+                if tokio::time::Instant::now() >= deadline {
+                    return false;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
     }
 }
 
@@ -437,17 +463,11 @@ impl Walk {
 
     async fn status(&self, status: Value) -> bool {
         let patch = Patch::Merge(json!({"status": status}));
-        match self
-            .api
-            .patch_status(&self.name, &PatchParams::default(), &patch)
-            .await
-        {
-            Ok(_) => true,
-            Err(e) => {
-                tracing::debug!(error = %e, pod = self.name, "kubelet status update");
-                false
-            }
-        }
+        let params = PatchParams::default();
+        retry("kubelet status update", &self.name, || {
+            self.api.patch_status(&self.name, &params, &patch)
+        })
+        .await
     }
 
     async fn pause(&self) {
@@ -461,19 +481,23 @@ impl Walk {
             "metadata": {"name": self.name},
             "target": {"apiVersion": "v1", "kind": "Node", "name": self.node},
         });
-        match self
-            .api
-            .create_subresource::<_, Value>("binding", &self.name, &PostParams::default(), &binding)
-            .await
-        {
-            Ok(_) => true,
-            // Someone else (a real scheduler) bound it first.
-            Err(kube::Error::Api(s)) if s.code == 409 => true,
-            Err(e) => {
-                tracing::debug!(error = %e, pod = self.name, "kubelet binding");
-                false
+        retry("kubelet binding", &self.name, || async {
+            match self
+                .api
+                .create_subresource::<_, Value>(
+                    "binding",
+                    &self.name,
+                    &PostParams::default(),
+                    &binding,
+                )
+                .await
+            {
+                // Someone else (a real scheduler) bound it first.
+                Err(kube::Error::Api(s)) if s.code == 409 => Ok(Value::Null),
+                other => other,
             }
-        }
+        })
+        .await
     }
 
     fn base(&self, phase: &str, started: &str, conditions: Value, statuses: Value) -> Value {

@@ -299,6 +299,19 @@ impl ApiServer {
         });
     }
 
+    /// Makes the server answer every request with 503 until it is made available again,
+    /// closing every open watch, as an API server that goes down does. Watches resuming
+    /// afterwards from a resourceVersion of before get 410 Gone, as from a restarted server
+    /// whose watch cache starts anew.
+    pub fn set_unavailable(&self, unavailable: bool) {
+        let mut state = lock(&self.shared);
+        state.unavailable = unavailable;
+        state.watchers.clear();
+        if !unavailable {
+            state.compact();
+        }
+    }
+
     /// Closes every open watch stream; clients have to re-watch.
     pub fn drop_watches(&self) {
         lock(&self.shared).watchers.clear();

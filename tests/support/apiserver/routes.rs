@@ -228,6 +228,15 @@ impl Incoming<'_> {
     }
 
     fn serve(&self, state: &mut State) -> Outcome {
+        if state.unavailable {
+            self.record(state, None, 503);
+            return ApiError::new(
+                503,
+                "ServiceUnavailable",
+                "the server is currently unable to handle the request",
+            )
+            .into();
+        }
         let Some(route) = parse_path(self.path) else {
             self.record(state, None, 404);
             return ApiError::no_route().into();

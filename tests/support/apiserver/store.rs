@@ -130,6 +130,8 @@ pub struct State {
     pub watchers: Vec<Watcher>,
     pub next_watcher: u64,
     pub faults: Vec<Fault>,
+    /// Every request answers 503 (an API server going down or starting up).
+    pub unavailable: bool,
     pub requests: Vec<RequestRecord>,
     pub denials: Vec<AccessRule>,
     pub git_version: String,
@@ -199,6 +201,7 @@ impl State {
             watchers: Vec::new(),
             next_watcher: 0,
             faults: Vec::new(),
+            unavailable: false,
             requests: Vec::new(),
             denials: Vec::new(),
             git_version: "v1.34.0".to_string(),
@@ -741,6 +744,16 @@ impl State {
             if t.sub.is_some() {
                 return Err(ApiError::not_found(&t.def, name));
             }
+            // A uid in the body names an object that must exist: never create another.
+            if let Some(uid) = meta_str(&applied, "uid") {
+                return Err(ApiError::conflict(
+                    &t.def,
+                    name,
+                    &format!(
+                        "uid mismatch: the provided object specified uid {uid}, and no existing object was found"
+                    ),
+                ));
+            }
             let mut body = applied.clone();
             body["metadata"]["name"] = json!(name);
             return self.create_inner(t, body, opts, Some(&applied));
@@ -789,6 +802,22 @@ impl State {
             )));
         }
         Self::check_namespace(t, &candidate)?;
+        // The uid is immutable: a body naming another uid is refused (a status write copies
+        // the stored metadata instead, as for custom resources).
+        if t.sub.is_none()
+            && let Some(uid) = meta_str(&candidate, "uid")
+            && Some(uid) != meta_str(&old.obj, "uid")
+        {
+            return Err(ApiError::invalid(
+                &t.def,
+                name,
+                vec![Cause::invalid(
+                    "metadata.uid",
+                    &json!(uid),
+                    "field is immutable",
+                )],
+            ));
+        }
         // Optimistic concurrency: a resourceVersion in the body is a precondition.
         if let Some(rv) = meta_str(&candidate, "resourceVersion")
             && Some(rv) != meta_str(&old.obj, "resourceVersion")
