@@ -173,6 +173,7 @@ impl Backend {
                     && r.namespace.as_deref() == Some(ns)
                     && matches!(r.verb.as_str(), "create" | "patch")
                     && r.status == 201
+                    && !r.dry_run
                     && let Some(name) = r.name.or_else(|| (r.verb == "create").then(String::new))
                 {
                     *creates.entry(name).or_insert(0) += 1;

@@ -23,12 +23,12 @@ use crate::metrics::Metrics;
 /// First retry after a watch error, and the longest pause between retries before jitter
 /// (jitter adds up to as much again): an API server that comes back is seen within seconds.
 const BACKOFF_MIN: Duration = Duration::from_millis(200);
-const BACKOFF_MAX: Duration = Duration::from_secs(2);
+const BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 /// A failing watch retries at least this often (the longest backoff with jitter, plus a
 /// margin). A watch that saw an error and none since for this long has resumed: a watch that
 /// resumes from its resourceVersion yields no event of its own to say so.
-const RETRY_BOUND: Duration = Duration::from_secs(6);
+const RETRY_BOUND: Duration = Duration::from_secs(4);
 
 /// The backoff of every watch of the operator.
 pub fn backoff() -> impl Backoff {
@@ -248,11 +248,12 @@ mod tests {
         assert!(h.is_up_at(t0));
         h.error(t0);
         assert!(!h.is_up_at(t0 + Duration::from_secs(1)));
-        // Errors keep coming while the server is away.
-        h.error(t0 + Duration::from_secs(5));
-        assert!(!h.is_up_at(t0 + Duration::from_secs(10)));
+        // Errors keep coming, at most a backoff apart, while the server is away.
+        let later = t0 + 2 * BACKOFF_MAX;
+        h.error(later);
+        assert!(!h.is_up_at(later + 2 * BACKOFF_MAX));
         // No error for longer than any backoff: the watch resumed without a relist.
-        assert!(h.is_up_at(t0 + Duration::from_secs(5) + RETRY_BOUND));
+        assert!(h.is_up_at(later + RETRY_BOUND));
         // Or it relisted.
         h.error(t0 + Duration::from_secs(20));
         let down = h.recovered(t0 + Duration::from_secs(23), true);

@@ -373,7 +373,7 @@ impl ControlPlane {
     }
 
     /// How many times each pod of `namespace` was created (a create, or an apply answered
-    /// 201), by the audit log. Empty without [`Options::audit`].
+    /// 201; dry runs store nothing), by the audit log. Empty without [`Options::audit`].
     pub fn pod_creates(&self, namespace: &str) -> BTreeMap<String, usize> {
         let mut creates = BTreeMap::new();
         let text = std::fs::read_to_string(self.audit_log()).unwrap_or_default();
@@ -387,6 +387,9 @@ impl ControlPlane {
                 && target["namespace"] == namespace
                 && matches!(event["verb"].as_str(), Some("create" | "patch"))
                 && event["responseStatus"]["code"] == 201
+                && !event["requestURI"]
+                    .as_str()
+                    .is_some_and(|uri| uri.contains("dryRun="))
                 && let Some(name) = target["name"].as_str()
             {
                 *creates.entry(name.to_string()).or_insert(0) += 1;

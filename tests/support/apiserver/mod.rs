@@ -312,6 +312,24 @@ impl ApiServer {
         }
     }
 
+    /// Holds back the watch events of `resource` (`browsers`, `pods`): its watches stay open
+    /// and quiet, as those of a lagging watch cache, until [`ApiServer::release_watches`]
+    /// delivers what they missed, in order, stale as it then is.
+    pub fn hold_watches(&self, resource: &str) {
+        let mut state = lock(&self.shared);
+        if let Some(key) = state.resolve(resource).map(|d| d.key()) {
+            state.held.push(key);
+        }
+    }
+
+    /// Delivers the watch events held back since [`ApiServer::hold_watches`].
+    pub fn release_watches(&self) {
+        let mut state = lock(&self.shared);
+        state.held.clear();
+        let state = &mut *state;
+        watch::release(&mut state.watchers, &state.held);
+    }
+
     /// Closes every open watch stream; clients have to re-watch.
     pub fn drop_watches(&self) {
         lock(&self.shared).watchers.clear();

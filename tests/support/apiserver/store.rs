@@ -132,6 +132,8 @@ pub struct State {
     pub faults: Vec<Fault>,
     /// Every request answers 503 (an API server going down or starting up).
     pub unavailable: bool,
+    /// Resources whose watch events are held back (a lagging watch cache).
+    pub held: Vec<ResKey>,
     pub requests: Vec<RequestRecord>,
     pub denials: Vec<AccessRule>,
     pub git_version: String,
@@ -202,6 +204,7 @@ impl State {
             next_watcher: 0,
             faults: Vec::new(),
             unavailable: false,
+            held: Vec::new(),
             requests: Vec::new(),
             denials: Vec::new(),
             git_version: "v1.34.0".to_string(),
@@ -315,7 +318,7 @@ impl State {
             obj,
             old,
         };
-        watch::notify(&mut self.watchers, &event);
+        watch::notify(&mut self.watchers, &self.held, &event);
         self.log.push_back(event);
         while self.log.len() > LOG_CAPACITY {
             if let Some(dropped) = self.log.pop_front() {

@@ -23,6 +23,8 @@ pub struct Watcher {
     labels: LabelSelector,
     fields: FieldSelector,
     tx: UnboundedSender<Bytes>,
+    /// Events held back while the watch's resource is held ([`State::held`]), in order.
+    backlog: Vec<Bytes>,
 }
 
 pub struct WatchParams {
@@ -97,11 +99,28 @@ impl Watcher {
     }
 }
 
-/// Fans one change out to the open watches, dropping those whose client went away.
-pub fn notify(watchers: &mut Vec<Watcher>, ev: &LogEvent) {
-    watchers.retain(|w| match w.translate(ev) {
+/// Fans one change out to the open watches, dropping those whose client went away. Watches
+/// of a held resource keep the event for later.
+pub fn notify(watchers: &mut Vec<Watcher>, held: &[ResKey], ev: &LogEvent) {
+    watchers.retain_mut(|w| match w.translate(ev) {
+        Some(bytes) if held.contains(&w.key) => {
+            w.backlog.push(bytes);
+            !w.tx.is_closed()
+        }
         Some(bytes) => w.tx.send(bytes).is_ok(),
         None => !w.tx.is_closed(),
+    });
+}
+
+/// Delivers what the watches of resources no longer held kept back.
+pub fn release(watchers: &mut Vec<Watcher>, held: &[ResKey]) {
+    watchers.retain_mut(|w| {
+        if held.contains(&w.key) {
+            return true;
+        }
+        std::mem::take(&mut w.backlog)
+            .into_iter()
+            .all(|bytes| w.tx.send(bytes).is_ok())
     });
 }
 
@@ -116,6 +135,7 @@ impl State {
             labels: p.labels,
             fields: p.fields,
             tx,
+            backlog: Vec::new(),
         };
         let mut stream = WatchStream {
             id: Some(watcher.id),
@@ -208,9 +228,14 @@ pub fn body(shared: Shared, ws: WatchStream) -> Body {
                     st.next_bookmark = Instant::now() + st.interval;
                     // Events are sent under the lock: with the lock held and nothing queued,
                     // every change up to the current resourceVersion has been delivered.
+                    // Nothing is held back for this watch either: a bookmark would skip it.
                     let rv = {
                         let state = super::lock(&st.registration.shared);
-                        st.rx.is_empty().then_some(state.rv)
+                        let holding = state
+                            .watchers
+                            .iter()
+                            .any(|w| Some(w.id) == st.registration.id && !w.backlog.is_empty());
+                        (st.rx.is_empty() && !holding).then_some(state.rv)
                     };
                     if let Some(rv) = rv {
                         let b = bookmark(&st.target, rv, false);
