@@ -833,3 +833,99 @@ fn links_and_repository_paths_in_the_docs_resolve() {
         broken.join("\n")
     );
 }
+
+// ---- citations in the code ---------------------------------------------------------------
+
+/// Source files under `dir`, recursively.
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let entries = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    for entry in entries {
+        let path = entry.expect("readable directory").path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|ext| ext == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// A file's comments as one text: comment markers and line breaks inside comments removed,
+/// so a citation wrapped over two lines reads whole.
+fn comment_text(source: &str) -> String {
+    let mut text = String::new();
+    for line in source.lines() {
+        let trimmed = line.trim_start();
+        let comment = ["//!", "///", "//"]
+            .iter()
+            .find_map(|marker| trimmed.strip_prefix(marker));
+        match comment {
+            Some(comment) => {
+                text.push_str(comment.trim());
+                text.push(' ');
+            }
+            None => text.push('\n'),
+        }
+    }
+    text
+}
+
+/// The citations in `text`: a page under docs/ followed by its quoted headings, each
+/// after a comma.
+fn citations(text: &str) -> Vec<(String, Vec<String>)> {
+    let mut out = Vec::new();
+    for (at, _) in text.match_indices("docs/") {
+        let rest = &text[at..];
+        let Some(end) = rest.find(".md") else {
+            continue;
+        };
+        let page = &rest[..end + 3];
+        if page.contains(char::is_whitespace) {
+            continue;
+        }
+        let mut headings = Vec::new();
+        let mut tail = &rest[end + 3..];
+        while let Some(quoted) = tail.strip_prefix(", \"") {
+            let Some(close) = quoted.find('"') else { break };
+            headings.push(quoted[..close].to_string());
+            tail = &quoted[close + 1..];
+        }
+        out.push((page.to_string(), headings));
+    }
+    out
+}
+
+#[test]
+fn the_docs_headings_the_code_cites_exist() {
+    let mut files = Vec::new();
+    for dir in ["src", "tests", "benches"] {
+        rust_files(&repo().join(dir), &mut files);
+    }
+    let mut broken = Vec::new();
+    for file in files {
+        let source = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{e}"));
+        let shown = file
+            .strip_prefix(repo())
+            .unwrap_or(&file)
+            .display()
+            .to_string();
+        for (page, headings) in citations(&comment_text(&source)) {
+            let Ok(text) = std::fs::read_to_string(repo().join(&page)) else {
+                broken.push(format!("{shown}: cites {page}, which does not exist"));
+                continue;
+            };
+            let existing = sections(&text);
+            for heading in headings {
+                if !existing.iter().any(|(h, _)| *h == heading) {
+                    broken.push(format!(
+                        "{shown}: cites {page}, \"{heading}\": no such heading"
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        broken.is_empty(),
+        "comments cite docs that moved:\n{}",
+        broken.join("\n")
+    );
+}
