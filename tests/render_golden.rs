@@ -1,6 +1,6 @@
 //! Golden files of the `render` subcommand: the pod each testdata Browser gets from its
-//! BrowserConfig (SPEC §2, §3), and compatibility with the BrowserConfigs of the current
-//! Selenosis stack.
+//! BrowserConfig (docs/behaviour.md, "The Pod of a Browser"; docs/configuration.md), and
+//! compatibility with the BrowserConfigs of the current Selenosis stack.
 
 mod support;
 
