@@ -7,9 +7,9 @@
 //! operator's. Requests of the operator to the double are served on the benchmark's runtime.
 //!
 //! Phases: (1) baseline — N bare pods of the Browsers' shape created with server-side apply at
-//! the same client concurrency; (2) the operator run — N Browsers created, then deleted;
-//! (3) idle — for each `--idle` size, the operator restarted over that many Running Browsers,
-//! its heap and RSS growth, start-up cost and idle CPU. See the README's Performance section.
+//! the same client concurrency; (2) the operator run — N Browsers created, then deleted; (3)
+//! idle — for each `--idle` size, the operator restarted over that many Running Browsers, its
+//! heap and RSS growth, start-up cost and idle CPU. See docs/performance.md.
 
 #[path = "../tests/support/mod.rs"]
 mod support;

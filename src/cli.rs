@@ -1,5 +1,6 @@
-//! Command line: the operator's flags (each also read from an environment variable) and
-//! the `crds` and `render` subcommands (SPEC §6).
+//! Command line: the operator's flags (each also read from an environment variable) and the
+//! `crds` and `render` subcommands (docs/operations.md, "Flags and environment",
+//! "Subcommands").
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -1,10 +1,10 @@
-//! BrowserConfig validation against the cluster (SPEC §3.4): whenever a BrowserConfig
-//! changes, every entry is validated locally, rendered and submitted as a server-side
-//! dry-run apply so the cluster's own Pod schema judges it; the verdicts go to the
-//! BrowserConfig's status and are kept for Browser reconciles (`InvalidConfig`).
-//! Pods are pruned to the cluster's Pod schema first, as for Browsers, and the fields that
-//! removes are reported. Each generation is dry-run once per process and Pod schema: never
-//! in a loop.
+//! BrowserConfig validation against the cluster (docs/behaviour.md, "BrowserConfig validation
+//! and status"): whenever a BrowserConfig changes, every entry is validated locally, rendered
+//! and submitted as a server-side dry-run apply so the cluster's own Pod schema judges it; the
+//! verdicts go to the BrowserConfig's status and are kept for Browser reconciles
+//! (`InvalidConfig`). Pods are pruned to the cluster's Pod schema first, as for Browsers, and
+//! the fields that removes are reported. Each generation is dry-run once per process and Pod
+//! schema: never in a loop.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};

@@ -1,7 +1,7 @@
-//! Running the operator (SPEC §6): logging, client, discovery, endpoints, leader election,
-//! one controller per watched scope, and a graceful stop on SIGTERM/SIGINT: in-flight
-//! reconciles finish (bounded), the Lease is released, the endpoints stop; a second signal
-//! exits at once.
+//! Running the operator (docs/operations.md, "Start-up"): logging, client, discovery,
+//! endpoints, leader election, one controller per watched scope, and a graceful stop on
+//! SIGTERM/SIGINT: in-flight reconciles finish (bounded), the Lease is released, the endpoints
+//! stop; a second signal exits at once.
 
 use std::sync::Arc;
 use std::time::Duration;

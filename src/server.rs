@@ -1,5 +1,6 @@
-//! HTTP endpoints (SPEC §6): `/healthz` and `/readyz` on the probe address, `/metrics` on
-//! the metrics address (one listener serves both when the addresses are equal).
+//! HTTP endpoints (docs/operations.md, "Endpoints"): `/healthz` and `/readyz` on the probe
+//! address, `/metrics` on the metrics address (one listener serves both when the addresses are
+//! equal).
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -271,10 +271,11 @@ fn replacing_the_helm_chart_crds_keeps_names_columns_and_every_stored_field() {
 
         // Tightenings, each refusing only objects that could never have produced a pod: the
         // browser name and version become pod label values; the spec, which no client changes
-        // after creation, becomes immutable; the phase, which the Go controller copies from
-        // the pod, is limited to the pod phases; a pull policy outside the three the Pod API
-        // accepts; a pull secret without the name that merging keys on (SPEC §3.3). Servers
-        // from 1.30 ratchet unchanged fields, so even such objects stay updatable there.
+        // after creation, becomes immutable; the phase, which the Go controller copies from the
+        // pod, is limited to the pod phases; a pull policy outside the three the Pod API
+        // accepts; a pull secret without the name that merging keys on (docs/configuration.md,
+        // "Tiers and merge rules"). Servers from 1.30 ratchet unchanged fields, so even such
+        // objects stay updatable there.
         let accepted: &[&str] = match kind {
             "Browser" => &[
                 "v1 .spec.browserName: maxLength 63 added or lowered",

@@ -1,8 +1,8 @@
-//! Leader election and graceful shutdown (issue 5, SPEC §6) with several operator replicas
-//! in process, each with its own client of one API server double: only the Lease holder
-//! reconciles, never two at once; a released Lease is taken over at once, an abandoned one
-//! after it expires; a lost Lease stops reconciling at once; a stop finishes in-flight
-//! reconciles within `--shutdown-timeout`.
+//! Leader election and graceful shutdown (docs/operations.md, "Leader election and shutdown")
+//! with several operator replicas in process, each with its own client of one API server
+//! double: only the Lease holder reconciles, never two at once; a released Lease is taken over
+//! at once, an abandoned one after it expires; a lost Lease stops reconciling at once; a stop
+//! finishes in-flight reconciles within `--shutdown-timeout`.
 
 mod support;
 

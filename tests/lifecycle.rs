@@ -1,7 +1,7 @@
-//! Scenarios of SPEC §4 that only the in-process API server double can set up or observe:
-//! injected faults, dropped watches, the operator's own write metrics, and the requests the
-//! server saw. The operator runs in the test process. Everything a real API server can show
-//! is in the shared end-to-end suite, `tests/e2e.rs`.
+//! Lifecycle scenarios (docs/behaviour.md, "Lifecycle") that only the in-process API server
+//! double can set up or observe: injected faults, dropped watches, the operator's own write
+//! metrics, and the requests the server saw. The operator runs in the test process. Everything
+//! a real API server can show is in the shared end-to-end suite, `tests/e2e.rs`.
 
 mod support;
 

@@ -1,6 +1,6 @@
-//! The operator's metrics after scripted lifecycles on the in-process API server double:
-//! every family of the README's Endpoints section, with the values the lifecycle implies,
-//! read from `Metrics::encode()` and from the real `/metrics` endpoint.
+//! The operator's metrics after scripted lifecycles on the in-process API server double: every
+//! family of docs/operations.md, "Metrics", with the values the lifecycle implies, read from
+//! `Metrics::encode()` and from the real `/metrics` endpoint.
 
 mod support;
 

@@ -1,6 +1,6 @@
-//! The operator binary as a process (SPEC §6): kubeconfig inference, start-up failures,
-//! `/healthz`, `/readyz`, `/metrics`, and a graceful stop on SIGTERM — against the API
-//! server double served over loopback HTTP.
+//! The operator binary as a process (docs/operations.md, "Start-up", "Endpoints"): kubeconfig
+//! inference, start-up failures, `/healthz`, `/readyz`, `/metrics`, and a graceful stop on
+//! SIGTERM — against the API server double served over loopback HTTP.
 
 mod support;
 

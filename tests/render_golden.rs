@@ -1,6 +1,6 @@
 //! Golden files of the `render` subcommand: the pod each testdata Browser gets from its
-//! BrowserConfig (SPEC §2, §3), and compatibility with the BrowserConfigs of the current
-//! Selenosis stack.
+//! BrowserConfig (docs/behaviour.md, "The Pod of a Browser"; docs/configuration.md), and
+//! compatibility with the BrowserConfigs of the current Selenosis stack.
 
 mod support;
 
@@ -303,11 +303,9 @@ fn browser_resource(config: &Value) -> ApiResource {
 
 #[test]
 fn upstream_browserconfigs_render_every_entry() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/upstream-examples");
-    if !dir.is_dir() {
-        println!("skipped: ../shared/upstream-examples not found");
+    let Some(dir) = support::upstream::dir("upstream BrowserConfigs not rendered") else {
         return;
-    }
+    };
     let (mut configs_checked, mut entries_checked) = (0, 0);
     for path in yaml_files(&dir) {
         let text = std::fs::read_to_string(&path).unwrap();

@@ -1,5 +1,6 @@
-//! CustomResourceDefinitions of `Browser` and `BrowserConfig` (SPEC §1): generation in both
-//! group layouts (§1.4) and the files under `crds/`.
+//! CustomResourceDefinitions of `Browser` and `BrowserConfig` (docs/behaviour.md, "Resources"):
+//! generation in both group layouts (docs/compatibility.md, "API-group layouts") and the files
+//! under `crds/`.
 //!
 //! The schemas come from the private `types` module, whose types only describe them: the
 //! operator reads and writes both kinds as untyped JSON. Nested core types (affinity,
@@ -552,9 +553,9 @@ mod types {
         template: PodTemplate,
     }
 
-    /// Pod settings (SPEC §1.2). The key set is closed so that typos are caught; values of
-    /// nested core types are checked against the cluster's own Pod schema. List items are
-    /// merged across tiers by their key (name, mountPath, containerPort, ip).
+    /// Pod settings (docs/configuration.md, "Fields"). The key set is closed so that typos are
+    /// caught; values of nested core types are checked against the cluster's own Pod schema.
+    /// List items are merged across tiers by their key (name, mountPath, containerPort, ip).
     #[derive(JsonSchema)]
     #[schemars(rename_all = "camelCase")]
     struct PodTemplate {

@@ -1,5 +1,6 @@
-//! Resolving the Browser and BrowserConfig kinds through API discovery (SPEC §1.4): either
-//! group layout, the preferred served version, optionally pinned by flags.
+//! Resolving the Browser and BrowserConfig kinds through API discovery (docs/compatibility.md,
+//! "API-group layouts"): either group layout, the preferred served version, optionally pinned
+//! by flags.
 
 use kube::Client;
 use kube::core::ApiResource;

@@ -1,4 +1,5 @@
-//! Names, labels, annotations and finalizers shared with the rest of the Selenosis stack (SPEC §1.3).
+//! Names, labels, annotations and finalizers shared with the rest of the Selenosis stack
+//! (docs/behaviour.md, "Labels, annotations and finalizer").
 
 /// Finalizer the operator keeps on every Browser until its pod is gone.
 pub const FINALIZER: &str = "browserpod.selenosis.io/finalizer";
@@ -12,7 +13,8 @@ pub const LABEL_BROWSER_VERSION: &str = "selenosis.io/browser.version";
 pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 /// Value of [`LABEL_MANAGED_BY`] on the operator's pods.
 pub const MANAGER: &str = "browser-controller";
-/// Browser annotation with per-session options (SPEC §2.3); never copied to the pod.
+/// Browser annotation with per-session options (docs/configuration.md, "Per-session options");
+/// never copied to the pod.
 pub const ANNOTATION_OPTIONS: &str = "selenosis.io/options";
 /// Browser label set by the hub; copied to the pod like any Browser label.
 pub const LABEL_OWNER: &str = "selenosis.io/owner";
@@ -26,7 +28,7 @@ pub const ADOPTION_FIELD_MANAGER: &str = "browser-controller-adoption";
 pub const BROWSER_CONTAINER: &str = "browser";
 /// Name of the session proxy sidecar; critical like the browser container.
 pub const SELENIFEROUS_CONTAINER: &str = "seleniferous";
-/// Containers whose termination ends the session (SPEC §2.2).
+/// Containers whose termination ends the session (docs/behaviour.md, "The Pod of a Browser").
 pub const CRITICAL_CONTAINERS: [&str; 2] = [BROWSER_CONTAINER, SELENIFEROUS_CONTAINER];
 
 /// Default API group of both kinds.

@@ -1,5 +1,6 @@
-//! Lookup of SPEC §3.1 with the tiers of §3.2: which BrowserConfig entry a browser name
-//! and version resolve to, among the BrowserConfigs of one namespace (the caller filters).
+//! Lookup with its tiers (docs/configuration.md, "Lookup", "Tiers and merge rules"): which
+//! BrowserConfig entry a browser name and version resolve to, among the BrowserConfigs of one
+//! namespace (the caller filters).
 //!
 //! Within a config, browser and version keys match case-insensitively; when several keys
 //! are equal ignoring case, the exact-case key is used, else the lexicographically
@@ -23,7 +24,7 @@ use serde_json::{Map, Value};
 
 use super::merge::merge_tiers;
 
-/// Version key of the browser-level defaults (SPEC §3.2).
+/// Version key of the browser-level defaults (docs/configuration.md, "Tiers and merge rules").
 pub const WILDCARD: &str = "*";
 /// Placeholder in `image` replaced by the requested version.
 pub const VERSION_PLACEHOLDER: &str = "{version}";
@@ -40,7 +41,7 @@ pub struct Resolved {
 /// Why a browser name and version do not resolve to a usable entry.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LookupError {
-    /// No config defines the pair (SPEC §4.3 message).
+    /// No config defines the pair (message: docs/behaviour.md, "Messages").
     #[error("Browser configuration not found for browser \"{browser}\" version \"{version}\"")]
     NotFound {
         browser: String,
@@ -188,8 +189,9 @@ pub(crate) struct NotAnObject {
     pub path: String,
 }
 
-/// The tiers of one entry merged (SPEC §3.2), `{version}` left as is. `version_key` is
-/// an exact key of `browser_key`'s map, or `"*"` for the browser-level entry alone.
+/// The tiers of one entry merged (docs/configuration.md, "Tiers and merge rules"), `{version}`
+/// left as is. `version_key` is an exact key of `browser_key`'s map, or `"*"` for the
+/// browser-level entry alone.
 pub(crate) fn merged_entry(
     config: &DynamicObject,
     browser_key: &str,

@@ -1,4 +1,5 @@
-//! Merge rules of SPEC §3.3: untyped JSON tiers merged into one BrowserConfig entry.
+//! Merge rules (docs/configuration.md, "Tiers and merge rules"): untyped JSON tiers merged into
+//! one BrowserConfig entry.
 //!
 //! - Objects merge key by key, recursively; the result keeps the base's key order and
 //!   appends new keys in the overlay's order. Scalars (and values of different types):
@@ -28,13 +29,13 @@
 
 use serde_json::{Map, Value};
 
-/// Merges `overlay` onto `base` (SPEC §3.3); `overlay` wins where both set a value.
+/// Merges `overlay` onto `base`; `overlay` wins where both set a value.
 pub fn merge(base: &Value, overlay: &Value) -> Value {
     merge_field(base, overlay, "")
 }
 
-/// Merges tiers left to right, later tiers overriding earlier ones (SPEC §3.2).
-/// No tiers give an empty object.
+/// Merges tiers left to right, later tiers overriding earlier ones. No tiers give an empty
+/// object.
 pub fn merge_tiers<'a>(tiers: impl IntoIterator<Item = &'a Value>) -> Value {
     tiers
         .into_iter()

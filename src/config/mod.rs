@@ -1,4 +1,4 @@
-//! BrowserConfig resolution: tier merge (SPEC §3.2–§3.3), lookup (§3.1) and validation (§3.4).
+//! BrowserConfig resolution (docs/configuration.md): tier merge, lookup and validation.
 //! Everything here is pure: untyped JSON in, untyped JSON out.
 
 pub mod lookup;

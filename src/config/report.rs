@@ -1,8 +1,9 @@
-//! BrowserConfig status (SPEC §3.4): `version`, `lastUpdated`, `observedGeneration` and
-//! the `Valid` / `Ready` / `PodFieldsRemoved` / `Conflict` conditions, derived from the
-//! local validation, the cluster's dry-run verdicts, the fields removed from the pods
-//! because the cluster's Pod schema lacks them, and the conflicts with other configs. Pure: times and
-//! verdicts come in, a status comes out, identical inputs give an identical status.
+//! BrowserConfig status (docs/behaviour.md, "BrowserConfig validation and status"): `version`,
+//! `lastUpdated`, `observedGeneration` and the `Valid` / `Ready` / `PodFieldsRemoved` /
+//! `Conflict` conditions, derived from the local validation, the cluster's dry-run verdicts,
+//! the fields removed from the pods because the cluster's Pod schema lacks them, and the
+//! conflicts with other configs. Pure: times and verdicts come in, a status comes out,
+//! identical inputs give an identical status.
 
 use jiff::Timestamp;
 use serde_json::{Value, json};

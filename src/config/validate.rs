@@ -1,7 +1,8 @@
-//! Local validation of BrowserConfigs (SPEC §3.4): the checks that need no cluster.
-//! Every resolvable entry must yield an image, container names must be unique and not
-//! `browser` for sidecars and init containers, and volume mounts must name existing
-//! volumes. The cluster's Pod schema (dry-run apply) is the validator for the rest.
+//! Local validation of BrowserConfigs (docs/behaviour.md, "BrowserConfig validation and
+//! status"): the checks that need no cluster. Every resolvable entry must yield an image,
+//! container names must be unique and not `browser` for sidecars and init containers, and
+//! volume mounts must name existing volumes. The cluster's Pod schema (dry-run apply) is the
+//! validator for the rest.
 
 use kube::api::DynamicObject;
 use serde_json::{Map, Value};
@@ -19,7 +20,7 @@ pub struct EntryReport {
     pub problems: Vec<String>,
 }
 
-/// Checks one merged entry (SPEC §3.4); every problem found is listed.
+/// Checks one merged entry; every problem found is listed.
 pub fn validate_entry(entry: &Value) -> Result<(), Vec<String>> {
     let mut problems = Vec::new();
     if let Some(problem) = string_problem(entry, "image") {

@@ -117,8 +117,8 @@ pub fn browser_of_pod(
     Some(ObjectRef::new_with(&name, browser.clone()).within(ns))
 }
 
-/// Browsers of a namespace still waiting for their pod: a BrowserConfig change may now
-/// resolve them (SPEC §4.4).
+/// Browsers of a namespace still waiting for their pod: a BrowserConfig change may now resolve
+/// them (docs/behaviour.md, "Normal path").
 pub fn waiting_browsers(
     browsers: &Store<DynamicObject>,
     ns: &str,

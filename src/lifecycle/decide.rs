@@ -1,6 +1,7 @@
-//! The reconcile decision (SPEC §4): from the Browser, its Pod (or its confirmed absence),
-//! the outcome of rendering a pod for it, and the time, decide every write and when to look
-//! again. Nothing here talks to the API; `execute` performs the returned [`Plan`].
+//! The reconcile decision (docs/behaviour.md, "Lifecycle"): from the Browser, its Pod (or its
+//! confirmed absence), the outcome of rendering a pod for it, and the time, decide every write
+//! and when to look again. Nothing here talks to the API; `execute` performs the returned
+//! [`Plan`].
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -14,7 +15,7 @@ use crate::api::keys;
 use crate::duration;
 use crate::pod::names;
 
-/// Timeouts and retention of SPEC §6.
+/// Timeouts and retention (docs/operations.md, "Flags and environment").
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settings {
     pub creation_timeout: Duration,
@@ -62,7 +63,7 @@ pub struct PodDelete {
     pub grace_seconds: Option<i64>,
 }
 
-/// An Event to record on the Browser (SPEC §4.4).
+/// An Event to record on the Browser (docs/behaviour.md, "Events").
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Event {
     pub warning: bool,
@@ -161,7 +162,8 @@ impl Observed<'_> {
         self.pod.filter(|pod| controller_uid(pod) == Some(uid))
     }
 
-    /// A pod was created for this Browser before: SPEC §4.1 step 3 forbids a second one.
+    /// A pod was created for this Browser before: a second one is never created
+    /// (docs/behaviour.md, "One pod per Browser").
     fn had_pod(&self) -> bool {
         let s = self.status();
         matches!(
@@ -195,8 +197,8 @@ impl Observed<'_> {
         labels
     }
 
-    /// The adoption of the pod this Browser controls, when it lacks the operator's labels
-    /// (SPEC §4.4: pods are watched only through the operator's label).
+    /// The adoption of the pod this Browser controls, when it lacks the operator's labels (pods
+    /// are watched only through the operator's label).
     fn adoption(&self) -> Option<PodAdoption> {
         let pod = self.owned_pod()?;
         let labels = self.pod_labels();
@@ -219,9 +221,9 @@ impl Observed<'_> {
     }
 }
 
-/// `spec.<field>` as the string it must be (SPEC §1.1), or what is wrong with it. Numbers
-/// are refused rather than converted: YAML reads `120.10` as the number 120.1, so a
-/// converted version could silently name another browser version.
+/// `spec.<field>` as the string it must be (docs/behaviour.md, "Browser"), or what is wrong
+/// with it. Numbers are refused rather than converted: YAML reads `120.10` as the number 120.1,
+/// so a converted version could silently name another browser version.
 pub fn spec_field<'a>(browser: &'a DynamicObject, field: &str) -> Result<&'a str, String> {
     match browser.data.get("spec").and_then(|s| s.get(field)) {
         None | Some(Value::Null) => Err(format!("spec.{field} is missing")),
@@ -477,8 +479,8 @@ fn owned_pod(plan: &mut Plan, obs: &Observed, settings: &Settings, pod: &Value) 
     }
 }
 
-/// SPEC §4.2: write `Failed` with reason and message first, then delete the pod we control
-/// (never a foreign one, never one already terminating).
+/// docs/behaviour.md, "Cleanup table": write `Failed` with reason and message first, then
+/// delete the pod we control (never a foreign one, never one already terminating).
 fn fail(
     plan: &mut Plan,
     obs: &Observed,
@@ -555,8 +557,9 @@ fn terminal(obs: &Observed, settings: &Settings) -> Plan {
     plan
 }
 
-/// The Browser is being deleted (SPEC §4.2): delete the pod with its grace period, wait
-/// for it to go (force after `--browser-pod-deletion-timeout`), then release the finalizer.
+/// The Browser is being deleted (docs/behaviour.md, "Cleanup table"): delete the pod with its
+/// grace period, wait for it to go (force after `--browser-pod-deletion-timeout`), then release
+/// the finalizer.
 fn deleting(obs: &Observed, settings: &Settings) -> Plan {
     let mut plan = Plan::default();
     if !obs.has_finalizer() {

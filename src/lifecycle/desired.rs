@@ -1,7 +1,7 @@
-//! The pod a Browser should get (SPEC §4.1 step 2–3): resolve its BrowserConfig entry,
-//! validate it, parse the options annotation and render. Each failure maps to the
-//! reason of the cleanup table (§4.2): `ConfigNotFound`, `InvalidConfig`,
-//! `InvalidSelenosisOptions`.
+//! The pod a Browser should get (docs/behaviour.md, "Normal path"): resolve its BrowserConfig
+//! entry, validate it, parse the options annotation and render. Each failure maps to a reason
+//! of the cleanup table (docs/behaviour.md, "Cleanup table"): `ConfigNotFound`,
+//! `InvalidConfig`, `InvalidSelenosisOptions`.
 
 use std::borrow::Borrow;
 
@@ -16,10 +16,10 @@ use crate::pod::options;
 use crate::pod::render::{RenderError, RenderInput, render_pod};
 use crate::pod::schema::PodSchema;
 
-/// Resolves and renders the pod of `browser` from the BrowserConfigs of its namespace,
-/// pruned to the cluster's Pod `schema` when one is known.
-/// `rejected(config, browser, version_key)` is the cluster's dry-run verdict on an entry
-/// (SPEC §3.4), if it rejected it.
+/// Resolves and renders the pod of `browser` from the BrowserConfigs of its namespace, pruned
+/// to the cluster's Pod `schema` when one is known. `rejected(config, browser, version_key)` is
+/// the cluster's dry-run verdict on an entry (docs/behaviour.md, "BrowserConfig validation and
+/// status"), if it rejected it.
 pub fn pod_for<C: Borrow<DynamicObject>>(
     browser: &DynamicObject,
     configs: &[C],

@@ -1,7 +1,7 @@
-//! Performs a [`Plan`] against the API (SPEC §5): server-side apply for metadata, pod
-//! adoption, pod and status; UID-guarded deletes; a `test`-guarded JSON patch to release the finalizer.
-//! The only decision taken here is the classification of a rejected pod create, and that is
-//! a pure function ([`classify_create_error`]).
+//! Performs a [`Plan`] against the API (docs/behaviour.md, "Writes"): server-side apply for
+//! metadata, pod adoption, pod and status; UID-guarded deletes; a `test`-guarded JSON patch to
+//! release the finalizer. The only decision taken here is the classification of a rejected pod
+//! create, and that is a pure function ([`classify_create_error`]).
 
 use jiff::Timestamp;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions};
@@ -27,7 +27,7 @@ pub enum ExecuteError {
     Patch(#[from] serde_json::Error),
 }
 
-/// What a rejected pod create means (SPEC §4.2).
+/// What a rejected pod create means (docs/behaviour.md, "Cleanup table").
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CreateOutcome {
     /// The Browser fails with this reason and the API's message.

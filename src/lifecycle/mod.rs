@@ -1,5 +1,5 @@
-//! The Browser lifecycle (SPEC §4): status derivation and the reconcile decision are pure;
-//! `execute` performs a decided plan against the API.
+//! The Browser lifecycle (docs/behaviour.md, "Lifecycle"): status derivation and the reconcile
+//! decision are pure; `execute` performs a decided plan against the API.
 
 pub mod decide;
 pub mod desired;

@@ -1,23 +1,25 @@
-//! Status derivation (SPEC §1.1, §4.1 step 5, §4.3): what a Pod says about its session, and
-//! the full `Browser.status` the operator wants written. Pure functions of the Pod JSON.
+//! Status derivation (docs/behaviour.md, "Browser", "Normal path", "Messages"): what a Pod says
+//! about its session, and the full `Browser.status` the operator wants written. Pure functions
+//! of the Pod JSON.
 
 use jiff::Timestamp;
 use serde_json::{Map, Value, json};
 
 use crate::api::keys::CRITICAL_CONTAINERS;
 
-/// Browser phases (SPEC §1.1).
+/// Browser phases (docs/behaviour.md, "Browser").
 pub const PENDING: &str = "Pending";
 pub const RUNNING: &str = "Running";
 pub const SUCCEEDED: &str = "Succeeded";
 pub const FAILED: &str = "Failed";
 pub const UNKNOWN: &str = "Unknown";
 
-/// Waiting reasons a container passes through on its way to running; every other waiting
-/// reason of a pending pod is a failure (SPEC §4.2).
+/// Waiting reasons a container passes through on its way to running; every other waiting reason
+/// of a pending pod is a failure (docs/behaviour.md, "Cleanup table").
 const TRANSIENT_WAITING: [&str; 2] = ["ContainerCreating", "PodInitializing"];
 
-/// A failure found on a Pod: the Browser's `reason` and `message` (SPEC §4.3).
+/// A failure found on a Pod: the Browser's `reason` and `message` (docs/behaviour.md,
+/// "Messages").
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Failure {
     pub reason: String,
@@ -81,9 +83,9 @@ fn terminated_message(name: &str, terminated: &Value) -> String {
     format!("pod container {name} terminated: {reason} (exit code {code})")
 }
 
-/// A pending pod's container or init container that has already failed (SPEC §4.2):
-/// terminated (init containers: with a non-zero exit code, or a restartable sidecar), or
-/// waiting with a non-transient reason.
+/// A pending pod's container or init container that has already failed (docs/behaviour.md,
+/// "Cleanup table"): terminated (init containers: with a non-zero exit code, or a restartable
+/// sidecar), or waiting with a non-transient reason.
 pub fn pending_failure(pod: &Value) -> Option<Failure> {
     let init = statuses(pod, "initContainerStatuses").map(|s| (s, true));
     let main = statuses(pod, "containerStatuses").map(|s| (s, false));
@@ -115,8 +117,8 @@ pub fn pending_failure(pod: &Value) -> Option<Failure> {
     None
 }
 
-/// A critical container (`browser`, `seleniferous`) that terminated while the pod runs:
-/// the normal end of a session (SPEC §4.2).
+/// A critical container (`browser`, `seleniferous`) that terminated while the pod runs: the
+/// normal end of a session (docs/behaviour.md, "Cleanup table").
 pub fn critical_termination(pod: &Value) -> Option<Failure> {
     statuses(pod, "containerStatuses").find_map(|status| {
         let name = str_at(status, "/name")?;
@@ -131,8 +133,8 @@ pub fn critical_termination(pod: &Value) -> Option<Failure> {
     })
 }
 
-/// Why a pod reported phase `Failed` (SPEC §4.3): the pod's own reason, else the first
-/// terminated container's.
+/// Why a pod reported phase `Failed` (docs/behaviour.md, "Messages"): the pod's own reason,
+/// else the first terminated container's.
 pub fn pod_failure(pod: &Value) -> Failure {
     if let Some(reason) = str_at(pod, "/status/reason") {
         let message = match str_at(pod, "/status/message") {
@@ -153,7 +155,7 @@ pub fn pod_failure(pod: &Value) -> Failure {
     }
 }
 
-/// What keeps a pod pending, for the creation-timeout message (SPEC §4.3):
+/// What keeps a pod pending, for the creation-timeout message (docs/behaviour.md, "Messages"):
 /// `container browser: ContainerCreating` or `pod unschedulable: 0/3 nodes are available: …`.
 pub fn pending_detail(pod: &Value) -> String {
     let unschedulable = pod
@@ -200,8 +202,8 @@ pub fn created_at(object: &Value) -> Option<Timestamp> {
     str_at(object, "/metadata/creationTimestamp")?.parse().ok()
 }
 
-/// `containerStatuses` for the Browser (SPEC §1.1): `{name, state, image, restartCount, ports}`,
-/// with `ports` taken from the pod spec container of that name.
+/// `containerStatuses` for the Browser (docs/behaviour.md, "Browser"): `{name, state, image,
+/// restartCount, ports}`, with `ports` taken from the pod spec container of that name.
 fn container_statuses(pod: &Value) -> Vec<Value> {
     let spec_containers: Vec<&Value> = pod
         .pointer("/spec/containers")
@@ -248,8 +250,8 @@ impl<'a> StatusBuilder<'a> {
         Self { current, now }
     }
 
-    /// The status mirroring a live pod (SPEC §4.1 step 5). `phase: Running` is only
-    /// published together with `podIP`; a running pod without an IP stays `Pending`.
+    /// The status mirroring a live pod (docs/behaviour.md, "Normal path"). `phase: Running` is
+    /// only published together with `podIP`; a running pod without an IP stays `Pending`.
     pub fn mirror(&self, pod: &Value) -> Value {
         let phase = match pod_phase(pod) {
             RUNNING if pod_ip(pod).is_none() => PENDING,

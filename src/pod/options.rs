@@ -1,5 +1,6 @@
-//! The per-session options annotation `selenosis.io/options` (SPEC §2.3): parsing,
-//! validation against the limits the hub enforces, and application to a rendered pod.
+//! The per-session options annotation `selenosis.io/options` (docs/configuration.md,
+//! "Per-session options"): parsing, validation against the limits the hub enforces, and
+//! application to a rendered pod.
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -1,5 +1,6 @@
-//! The Pod of a Browser (SPEC §2.1): a pure function of the Browser, its resolved and
-//! merged configuration entry (§1.2) and its session options (§2.3).
+//! The Pod of a Browser (docs/behaviour.md, "The Pod of a Browser"): a pure function of the
+//! Browser, its resolved and merged configuration entry (docs/configuration.md, "Fields") and
+//! its session options (docs/configuration.md, "Per-session options").
 
 use kube::api::DynamicObject;
 use serde_json::{Map, Value};

@@ -1,5 +1,6 @@
-//! The manifests of the current Selenosis stack, from `../shared/upstream-examples` beside the
-//! repository (compatibility data, read in place, never copied into the project).
+//! The manifests of the current Selenosis stack, from the upstream examples folder beside the
+//! repository (compatibility data, read in place, never copied into the project; see
+//! docs/architecture.md, "Tests").
 
 use std::path::{Path, PathBuf};
 
