@@ -58,6 +58,11 @@ struct ResourceLabels {
     resource: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EventTypeLabels {
+    r#type: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
 struct BrowserLabels {
     namespace: String,
@@ -117,6 +122,7 @@ pub struct Metrics {
     watch_errors: Family<ResourceLabels, Counter>,
     watch_restarts: Family<ResourceLabels, Counter>,
     watch_resync: Family<ResourceLabels, Histogram, fn() -> Histogram>,
+    events_dropped: Family<EventTypeLabels, Counter>,
     caches: Arc<Caches>,
 }
 
@@ -200,6 +206,12 @@ impl Metrics {
             "Time from a watch's first error to its cache being current again (relisted or delivering events), by resource",
             watch_resync.clone(),
         );
+        let events_dropped = Family::<EventTypeLabels, Counter>::default();
+        registry.register(
+            "events_dropped",
+            "Events not published because the publishing queue was full (Events go out at a bounded rate), by type",
+            events_dropped.clone(),
+        );
         let caches = Arc::new(Caches::default());
         registry.register_collector(Box::new(CacheGauges(caches.clone())));
         Self {
@@ -216,6 +228,7 @@ impl Metrics {
             watch_errors,
             watch_restarts,
             watch_resync,
+            events_dropped,
             caches,
         }
     }
@@ -286,6 +299,14 @@ impl Metrics {
         self.watch_resync
             .get_or_create(&ResourceLabels { resource })
             .observe(down.as_secs_f64());
+    }
+
+    /// Counts an Event dropped because the publishing queue was full.
+    pub fn event_dropped(&self, warning: bool) {
+        let r#type = if warning { "Warning" } else { "Normal" };
+        self.events_dropped
+            .get_or_create(&EventTypeLabels { r#type })
+            .inc();
     }
 
     /// Derives `browsers` from this Browser cache until the registration drops.

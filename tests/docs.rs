@@ -587,6 +587,7 @@ fn metrics_with_every_family() -> (Metrics, Vec<CacheRegistration>) {
     metrics.deletion("external");
     metrics.watch_error("pods");
     metrics.watch_restart("pods");
+    metrics.event_dropped(false);
     metrics.watch_resync("pods", std::time::Duration::from_secs(3));
     drop(metrics.reconcile_started());
     let from: jiff::Timestamp = "2026-01-01T00:00:00Z".parse().expect("timestamp");

@@ -8,7 +8,9 @@
 //! Every completed list (the first, and each relist after a watch expired or failed)
 //! reconciles every Browser of the scope once the list is in the cache.
 
+mod events;
 mod fresher;
+mod reconcile;
 mod stages;
 pub mod watch;
 
@@ -17,28 +19,22 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::{Future, StreamExt};
-use jiff::Timestamp;
 use kube::api::{Api, DynamicObject};
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
-use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
+use kube::runtime::reflector::{Store, store::Writer};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Client, Resource, ResourceExt};
-use serde_json::Value;
-use tokio::sync::mpsc;
-use tracing::{Instrument, debug, info, info_span, warn};
+use kube::{Client, ResourceExt};
+use tracing::{debug, info, warn};
 
 use crate::api::discovery::Kinds;
 use crate::api::keys;
 use crate::api::openapi::PodSchemas;
 use crate::config_controller::Verdicts;
-use crate::lifecycle::decide::{self, Event, Observed, PodCreation, Settings};
-use crate::lifecycle::desired;
-use crate::lifecycle::execute::{
-    CreateOutcome, ExecuteError, Executed, Target, classify_create_error, to_runtime_event,
-};
-use crate::metrics::{self, Metrics, Stage};
-use fresher::{Fresher, Known};
+use crate::lifecycle::decide::Settings;
+use crate::lifecycle::execute::ExecuteError;
+use crate::metrics::Metrics;
+use events::EventSink;
+use fresher::Fresher;
 use watch::WatchHealth;
 
 /// Why a reconcile failed; it is retried with per-object exponential backoff.
@@ -62,6 +58,10 @@ pub enum ReconcileError {
         "the cluster rejected the pod for fields its schema lacks; retrying with its new schema: {0}"
     )]
     StaleSchema(String),
+    /// Every decision of the reconcile was overtaken by what its writes found (a pod
+    /// appearing and vanishing again, say); the next attempt starts afresh.
+    #[error("the decision did not settle within one reconcile; retrying")]
+    Unsettled,
 }
 
 impl ReconcileError {
@@ -72,6 +72,7 @@ impl ReconcileError {
             ReconcileError::StoreClosed(_) => "store",
             ReconcileError::Serialize(_) => "serialize",
             ReconcileError::StaleSchema(_) => "schema",
+            ReconcileError::Unsettled => "unsettled",
         }
     }
 }
@@ -86,12 +87,9 @@ pub struct Shared {
     pub verdicts: Arc<Verdicts>,
     /// The cluster's Pod schema, which rendered pods are pruned to.
     pub schemas: Arc<PodSchemas>,
-    events: mpsc::Sender<(Event, k8s_openapi::api::core::v1::ObjectReference)>,
+    events: EventSink,
     watches: Mutex<Vec<Arc<WatchHealth>>>,
 }
-
-/// Events are published by a background task so that a reconcile never waits on them.
-const EVENT_QUEUE: usize = 4096;
 
 /// The longest wait before a failed reconcile is retried. Short enough that Browsers do not
 /// wait long after an API outage that broke no watch (a relist retries them all at once).
@@ -108,27 +106,7 @@ impl Shared {
         schemas: Arc<PodSchemas>,
         instance: String,
     ) -> Arc<Self> {
-        let (events, mut rx) =
-            mpsc::channel::<(Event, k8s_openapi::api::core::v1::ObjectReference)>(EVENT_QUEUE);
-        let recorder = Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: keys::MANAGER.into(),
-                instance: Some(instance),
-            },
-        );
-        let publisher_metrics = metrics.clone();
-        tokio::spawn(async move {
-            while let Some((event, reference)) = rx.recv().await {
-                publisher_metrics.write("create", "events");
-                if let Err(e) = recorder
-                    .publish(&to_runtime_event(&event), &reference)
-                    .await
-                {
-                    debug!(error = %e, reason = %event.reason, "publishing event failed");
-                }
-            }
-        });
+        let events = EventSink::start(client.clone(), instance, metrics.clone());
         Arc::new(Self {
             client,
             kinds,
@@ -339,7 +317,7 @@ pub async fn run_scope(
         .reconcile_all_on(listed_rx)
         .with_config(ControllerConfig::default().concurrency(shared.max_workers))
         .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, scope)
+        .run(reconcile::reconcile, error_policy, scope)
         .for_each(|result| async move {
             if let Err(e) = result {
                 debug!(error = %e, "controller event");
@@ -354,261 +332,4 @@ fn error_policy(browser: Arc<DynamicObject>, error: &ReconcileError, scope: Arc<
     let wait = scope.backoff(key);
     warn!(namespace = %browser.namespace().unwrap_or_default(), name = %browser.name_any(), error = %error, retry_in = ?wait, "reconcile failed");
     Action::requeue(wait)
-}
-
-async fn reconcile(
-    browser: Arc<DynamicObject>,
-    scope: Arc<Scope>,
-) -> Result<Action, ReconcileError> {
-    let ns = browser.namespace().unwrap_or_default();
-    let name = browser.name_any();
-    let span = info_span!("reconcile", namespace = %ns, name = %name);
-    async move {
-        let _guard = scope.shared.metrics.reconcile_started();
-        let key = (ns.clone(), name.clone());
-        let result = reconcile_inner(browser, &scope, &ns, &name).await;
-        if result.is_ok() {
-            scope.succeeded(&key);
-        }
-        result
-    }
-    .instrument(span)
-    .await
-}
-
-async fn reconcile_inner(
-    browser: Arc<DynamicObject>,
-    scope: &Scope,
-    ns: &str,
-    name: &str,
-) -> Result<Action, ReconcileError> {
-    let shared = &scope.shared;
-    // No decision before the stores are complete: no spurious ConfigNotFound at start-up.
-    if !scope.configs_health.synced().await {
-        return Err(ReconcileError::StoreClosed("BrowserConfig"));
-    }
-    if !scope.pods_health.synced().await {
-        return Err(ReconcileError::StoreClosed("Pod"));
-    }
-    // Let go of already: the cache still shows it.
-    let Some(mut browser) = scope.fresher.pick_browser(ns, name, browser) else {
-        return Ok(Action::await_change());
-    };
-    let pod_ref = ObjectRef::new_with(name, shared.kinds.pod.clone()).within(ns);
-    let pods_api = scope.api(&shared.kinds.pod, ns);
-    let pod = match scope.fresher.pick_pod(ns, name, scope.pods.get(&pod_ref)) {
-        Some(pod) => Some(pod),
-        // Absent from the cache: confirm with a direct read before deciding anything.
-        None => pods_api
-            .get_opt(name)
-            .await
-            .map_err(|source| ReconcileError::ReadPod {
-                name: name.to_string(),
-                source,
-            })?
-            .map(|mut p| {
-                stages::strip_managed_fields(&mut p);
-                Arc::new(p)
-            }),
-    };
-    let pod_json = pod
-        .as_deref()
-        .map(serde_json::to_value)
-        .transpose()
-        .map_err(ReconcileError::Serialize)?;
-    let now = Timestamp::now();
-    let schema = shared.schemas.current();
-    // Rendered at most once, even when the decision is taken again on a fresher Browser.
-    let mut rendered: Option<PodCreation> = None;
-    let mut decide_on = |browser: &DynamicObject| {
-        let observed = Observed {
-            browser,
-            pod: pod_json.as_ref(),
-            now,
-        };
-        decide::decide(&observed, &shared.settings, || {
-            rendered
-                .get_or_insert_with(|| {
-                    let configs: Vec<Arc<DynamicObject>> = scope
-                        .configs
-                        .state()
-                        .into_iter()
-                        .filter(|c| c.metadata.namespace.as_deref() == Some(ns))
-                        .collect();
-                    desired::pod_for(
-                        browser,
-                        &configs,
-                        &shared.kinds.browser,
-                        schema.as_deref(),
-                        |config, name, version| {
-                            shared.verdicts.rejection(ns, config, name, version)
-                        },
-                    )
-                })
-                .clone()
-        })
-    };
-    let mut plan = decide_on(&browser);
-
-    let browsers_api = scope.api(&shared.kinds.browser, ns);
-    // A pod is created at most once per Browser, whatever the caches say: the create is
-    // decided on the Browser as the API server has it now (the cache may predate its failure,
-    // its deletion, or the pod recorded in its status), and the pod is absent by a read above.
-    if plan.create_pod.is_some() {
-        let current = target(shared, &browsers_api, &pods_api, &browser)
-            .current_browser(plan.ensure_metadata)
-            .await?;
-        match current {
-            Some(current) => {
-                browser = Arc::new(current);
-                scope
-                    .fresher
-                    .remember_browser(ns, name, Known::Object(browser.clone()));
-                plan = decide_on(&browser);
-            }
-            None => {
-                let_go(scope, ns, name, &browser);
-                return Ok(Action::await_change());
-            }
-        }
-    }
-    log_plan(&plan);
-
-    let observed = Observed {
-        browser: &browser,
-        pod: pod_json.as_ref(),
-        now,
-    };
-    let target = target(shared, &browsers_api, &pods_api, &browser);
-    let mut executed = target.execute(&plan).await?;
-    if let Some(status) = executed.create_unknown_fields.take() {
-        if shared.schemas.renewed_since(schema.as_deref()).await {
-            return Err(ReconcileError::StaleSchema(status.message));
-        }
-        match classify_create_error(status.code, &status.message) {
-            CreateOutcome::Fail(failure) => executed.create_rejected = Some(failure),
-            CreateOutcome::Retry => {
-                return Err(ExecuteError::Api {
-                    action: "create pod",
-                    source: kube::Error::Api(status),
-                }
-                .into());
-            }
-        }
-    }
-    let mut events = plan.events.clone();
-    let mut requeue = plan.requeue_after;
-    if let Some(failure) = executed.create_rejected.take() {
-        let rejected = decide::create_rejected(&observed, &shared.settings, failure);
-        log_plan(&rejected);
-        executed = target.execute(&rejected).await?;
-        events = rejected.events.clone();
-        requeue = rejected.requeue_after;
-        if !executed.vanished {
-            publish_failures(shared, &rejected);
-        }
-    } else if !executed.vanished {
-        publish_failures(shared, &plan);
-        observe_running(shared, &browser, &plan);
-    }
-    remember(scope, ns, name, &browser, &executed);
-    if executed.vanished {
-        // The API answered that the Browser is gone: nothing more for it.
-        return Ok(Action::await_change());
-    }
-    if let Some(reference) = (!events.is_empty()).then(|| browser.object_ref(&shared.kinds.browser))
-    {
-        for event in events {
-            if shared.events.try_send((event, reference.clone())).is_err() {
-                debug!("event queue full; event dropped");
-            }
-        }
-    }
-    Ok(requeue.map_or_else(Action::await_change, Action::requeue))
-}
-
-fn target<'a>(
-    shared: &'a Shared,
-    browsers: &'a Api<DynamicObject>,
-    pods: &'a Api<DynamicObject>,
-    browser: &'a DynamicObject,
-) -> Target<'a> {
-    Target {
-        browsers,
-        pods,
-        browser_resource: &shared.kinds.browser,
-        browser,
-        metrics: &shared.metrics,
-    }
-}
-
-/// The operator is done with `browser`: whatever the cache still shows of it is ignored.
-fn let_go(scope: &Scope, ns: &str, name: &str, browser: &DynamicObject) {
-    if let Some(uid) = &browser.metadata.uid {
-        scope
-            .fresher
-            .remember_browser(ns, name, Known::Gone { uid: uid.clone() });
-    }
-}
-
-/// What a reconcile decided to write, at debug level (cheap: flags and the phase only).
-fn log_plan(plan: &decide::Plan) {
-    let status = plan.status.as_ref();
-    let field = |f: &str| status.and_then(|s| s.get(f)).and_then(Value::as_str);
-    debug!(
-        ensure_metadata = plan.ensure_metadata,
-        adopt_pod = plan.adopt_pod.is_some(),
-        create_pod = plan.create_pod.is_some(),
-        status_phase = field("phase"),
-        status_reason = field("reason"),
-        delete_pod_grace = ?plan.delete_pod.as_ref().map(|d| d.grace_seconds),
-        delete_browser = plan.delete_browser,
-        release_finalizer = plan.release_finalizer,
-        requeue_after = ?plan.requeue_after,
-        "decided"
-    );
-}
-
-/// The `running` startup stage, in the one reconcile that first publishes `Running`.
-fn observe_running(shared: &Shared, browser: &DynamicObject, plan: &decide::Plan) {
-    let current = browser.data.get("status").unwrap_or(&Value::Null);
-    if let Some(desired) = &plan.status
-        && metrics::publishes_running(current, desired)
-        && let Some(created) = &browser.metadata.creation_timestamp
-    {
-        shared
-            .metrics
-            .startup(Stage::Running, created.0, Timestamp::now());
-    }
-}
-
-fn publish_failures(shared: &Shared, plan: &decide::Plan) {
-    if let Some(reason) = plan
-        .status
-        .as_ref()
-        .filter(|s| s.get("phase").and_then(Value::as_str) == Some("Failed"))
-        .and_then(|s| s.get("reason").and_then(Value::as_str))
-    {
-        shared.metrics.failure(reason);
-    }
-}
-
-fn remember(scope: &Scope, ns: &str, name: &str, browser: &DynamicObject, executed: &Executed) {
-    if executed.let_go {
-        let_go(scope, ns, name, browser);
-    } else if let Some(written) = &executed.browser {
-        scope
-            .fresher
-            .remember_browser(ns, name, Known::Object(Arc::new(written.clone())));
-    }
-    if let Some(pod) = &executed.pod {
-        scope
-            .fresher
-            .remember_pod(ns, name, Known::Object(Arc::new(pod.clone())));
-    }
-    if let Some(uid) = &executed.pod_deleted {
-        scope
-            .fresher
-            .remember_pod(ns, name, Known::Gone { uid: uid.clone() });
-    }
 }

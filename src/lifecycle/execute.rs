@@ -14,6 +14,9 @@ use crate::api::keys;
 use crate::api::openapi::is_unknown_field_rejection;
 use crate::metrics::{self, Metrics, Stage};
 
+/// The resourceVersion that makes a pod apply create-only (see `Target::create_pod`).
+const CREATE_ONLY: &str = "1";
+
 /// Why executing a plan failed; the reconcile is retried with backoff.
 #[derive(Debug, thiserror::Error)]
 pub enum ExecuteError {
@@ -73,6 +76,9 @@ pub struct Executed {
     pub pod: Option<DynamicObject>,
     /// UID of a pod that is gone after our delete.
     pub pod_deleted: Option<String>,
+    /// The pod create was refused because a pod of that name exists; nothing after it was
+    /// written. The caller reads the pod and decides again.
+    pub pod_exists: bool,
     /// The operator is done with the Browser: deleted, finalizer released, or gone.
     pub let_go: bool,
     /// The API answered that the Browser is gone before the plan was done; the rest of the
@@ -145,6 +151,11 @@ impl Target<'_> {
                         self.metrics.startup(Stage::PodCreated, created.0, sent);
                     }
                     executed.pod = Some(fresh(pod));
+                }
+                // A pod of that name exists, though the caches had none: the caller reads it.
+                Err(kube::Error::Api(status)) if status.code == 409 => {
+                    executed.pod_exists = true;
+                    return Ok(executed);
                 }
                 Err(kube::Error::Api(status)) => {
                     self.metrics.pod_create_error(status.code);
@@ -296,7 +307,13 @@ impl Target<'_> {
             })
     }
 
+    /// Creates the pod, and only creates it: the resourceVersion in the body is a precondition
+    /// no existing pod meets (the first revision of the cluster's store), so the API server
+    /// refuses the apply with 409 when a pod of that name exists, whoever made it, and ignores
+    /// the field when it creates the pod.
     async fn create_pod(&self, pod: &Value) -> Result<DynamicObject, kube::Error> {
+        let mut pod = pod.clone();
+        pod["metadata"]["resourceVersion"] = json!(CREATE_ONLY);
         self.metrics.write("apply", "pods");
         self.pods
             .patch(self.name(), &apply_params(), &Patch::Apply(pod))

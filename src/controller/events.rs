@@ -1,0 +1,126 @@
+//! Events on Browsers, published off the reconcile path at a bounded rate: a burst of
+//! sessions must not spend the API server on Events while their pods and statuses wait.
+//! What does not fit the queue is dropped and counted.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::Client;
+use kube::runtime::events::{Recorder, Reporter};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tracing::debug;
+
+use std::sync::Arc;
+
+use crate::api::keys;
+use crate::lifecycle::decide::Event;
+use crate::lifecycle::execute::to_runtime_event;
+use crate::metrics::Metrics;
+
+/// Events queued for publishing at most; more are dropped.
+const QUEUE: usize = 1024;
+/// Events published per second at most, after a burst of [`BURST`].
+const RATE: f64 = 20.0;
+const BURST: f64 = 50.0;
+
+/// Where reconciles hand their Events.
+pub struct EventSink {
+    tx: mpsc::Sender<(Event, ObjectReference)>,
+    metrics: Arc<Metrics>,
+}
+
+impl EventSink {
+    /// Spawns the publisher.
+    pub fn start(client: Client, instance: String, metrics: Arc<Metrics>) -> Self {
+        let (tx, rx) = mpsc::channel(QUEUE);
+        let recorder = Recorder::new(
+            client,
+            Reporter {
+                controller: keys::MANAGER.into(),
+                instance: Some(instance),
+            },
+        );
+        tokio::spawn(publish(recorder, rx, metrics.clone()));
+        Self { tx, metrics }
+    }
+
+    /// Queues `event` about `reference`; never waits.
+    pub fn publish(&self, event: Event, reference: ObjectReference) {
+        let warning = event.warning;
+        if self.tx.try_send((event, reference)).is_err() {
+            self.metrics.event_dropped(warning);
+            debug!("event queue full; event dropped");
+        }
+    }
+}
+
+/// A token bucket: `RATE` per second, up to `BURST` at once.
+struct Bucket {
+    tokens: f64,
+    at: Instant,
+}
+
+impl Bucket {
+    fn new(now: Instant) -> Self {
+        Self {
+            tokens: BURST,
+            at: now,
+        }
+    }
+
+    /// How long to wait before the next Event may go; takes its token when that is now.
+    fn take(&mut self, now: Instant) -> Option<Duration> {
+        let refill = now.saturating_duration_since(self.at).as_secs_f64() * RATE;
+        self.tokens = (self.tokens + refill).min(BURST);
+        self.at = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            None
+        } else {
+            Some(Duration::from_secs_f64((1.0 - self.tokens) / RATE))
+        }
+    }
+}
+
+async fn publish(
+    recorder: Recorder,
+    mut rx: mpsc::Receiver<(Event, ObjectReference)>,
+    metrics: Arc<Metrics>,
+) {
+    let mut bucket = Bucket::new(Instant::now());
+    while let Some((event, reference)) = rx.recv().await {
+        while let Some(wait) = bucket.take(Instant::now()) {
+            tokio::time::sleep(wait).await;
+        }
+        metrics.write("create", "events");
+        if let Err(e) = recorder
+            .publish(&to_runtime_event(&event), &reference)
+            .await
+        {
+            debug!(error = %e, reason = %event.reason, "publishing event failed");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_burst_goes_at_once_then_the_rate_holds() {
+        let t0 = Instant::now();
+        let mut bucket = Bucket::new(t0);
+        for _ in 0..BURST as usize {
+            assert_eq!(bucket.take(t0), None);
+        }
+        let wait = bucket.take(t0).expect("the burst is spent");
+        assert!((wait.as_secs_f64() - 1.0 / RATE).abs() < 1e-9, "{wait:?}");
+        // A second later, a second's worth of Events may go.
+        let later = t0 + Duration::from_secs(1);
+        let sent = (0..100)
+            .take_while(|_| bucket.take(later).is_none())
+            .count();
+        assert_eq!(sent, RATE as usize);
+    }
+}

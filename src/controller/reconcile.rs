@@ -1,0 +1,338 @@
+//! One Browser reconcile: observe (caches, read-your-writes, reads where the caches cannot
+//! be trusted), decide (`lifecycle::decide`, pure), execute (`lifecycle::execute`), remember
+//! what the writes returned, and hand the Events to the publisher.
+//!
+//! A decision is taken again when what it rests on gets confirmed: a pod absent from the
+//! cache is read before any decision other than a create (a create checks absence itself:
+//! it is refused when a pod of that name exists), and a create is decided on the Browser as
+//! the API server has it.
+
+use std::sync::Arc;
+
+use jiff::Timestamp;
+use kube::api::{Api, DynamicObject};
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
+use kube::{Resource, ResourceExt};
+use serde_json::Value;
+use tracing::{Instrument, debug, info_span};
+
+use super::fresher::Known;
+use super::{ReconcileError, Scope, Shared, stages};
+use crate::lifecycle::decide::{self, Observed, PodCreation};
+use crate::lifecycle::desired;
+use crate::lifecycle::execute::{
+    CreateOutcome, ExecuteError, Executed, Target, classify_create_error,
+};
+use crate::metrics::{self, Stage};
+
+/// Decisions one reconcile takes at most: the first, after reading the pod, after confirming
+/// the Browser, after a create refused because a pod of that name exists (then read).
+const ROUNDS: usize = 4;
+
+/// What a decision rests on.
+struct View {
+    browser: Arc<DynamicObject>,
+    /// The Browser came from the API server in this reconcile (not from a cache).
+    browser_current: bool,
+    /// The pod: seen (in the cache, or read; `None` when confirmed absent), or not in the
+    /// cache and not read yet (taken as absent until a decision needs it confirmed).
+    pod: Option<Option<Value>>,
+}
+
+impl View {
+    fn pod(&self) -> Option<&Value> {
+        self.pod.as_ref().and_then(Option::as_ref)
+    }
+}
+
+pub(super) async fn reconcile(
+    browser: Arc<DynamicObject>,
+    scope: Arc<Scope>,
+) -> Result<Action, ReconcileError> {
+    let ns = browser.namespace().unwrap_or_default();
+    let name = browser.name_any();
+    let span = info_span!("reconcile", namespace = %ns, name = %name);
+    async move {
+        let _guard = scope.shared.metrics.reconcile_started();
+        let key = (ns.clone(), name.clone());
+        let result = reconcile_inner(browser, &scope, &ns, &name).await;
+        if result.is_ok() {
+            scope.succeeded(&key);
+        }
+        result
+    }
+    .instrument(span)
+    .await
+}
+
+async fn reconcile_inner(
+    browser: Arc<DynamicObject>,
+    scope: &Scope,
+    ns: &str,
+    name: &str,
+) -> Result<Action, ReconcileError> {
+    let shared = &scope.shared;
+    // No decision before the stores are complete: no spurious ConfigNotFound at start-up.
+    if !scope.configs_health.synced().await {
+        return Err(ReconcileError::StoreClosed("BrowserConfig"));
+    }
+    if !scope.pods_health.synced().await {
+        return Err(ReconcileError::StoreClosed("Pod"));
+    }
+    // Let go of already: the cache still shows it.
+    let Some(browser) = scope.fresher.pick_browser(ns, name, browser) else {
+        return Ok(Action::await_change());
+    };
+    let pod_ref = ObjectRef::new_with(name, shared.kinds.pod.clone()).within(ns);
+    let cached_pod = scope
+        .fresher
+        .pick_pod(ns, name, scope.pods.get(&pod_ref))
+        .map(|pod| pod_json(&pod))
+        .transpose()?;
+    let mut view = View {
+        browser,
+        browser_current: false,
+        pod: cached_pod.map(Some),
+    };
+    let pods_api = scope.api(&shared.kinds.pod, ns);
+    let browsers_api = scope.api(&shared.kinds.browser, ns);
+    let now = Timestamp::now();
+    let schema = shared.schemas.current();
+    // Rendered at most once, however often the decision is taken.
+    let mut rendered: Option<PodCreation> = None;
+    let mut decide_on = |view: &View| {
+        let observed = Observed {
+            browser: &view.browser,
+            pod: view.pod(),
+            now,
+        };
+        decide::decide(&observed, &shared.settings, || {
+            rendered
+                .get_or_insert_with(|| {
+                    let configs: Vec<Arc<DynamicObject>> = scope
+                        .configs
+                        .state()
+                        .into_iter()
+                        .filter(|c| c.metadata.namespace.as_deref() == Some(ns))
+                        .collect();
+                    desired::pod_for(
+                        &view.browser,
+                        &configs,
+                        &shared.kinds.browser,
+                        schema.as_deref(),
+                        |config, name, version| {
+                            shared.verdicts.rejection(ns, config, name, version)
+                        },
+                    )
+                })
+                .clone()
+        })
+    };
+    let read_pod = || async {
+        let pod = pods_api
+            .get_opt(name)
+            .await
+            .map_err(|source| ReconcileError::ReadPod {
+                name: name.to_string(),
+                source,
+            })?;
+        pod.map(|mut pod| {
+            stages::strip_managed_fields(&mut pod);
+            pod_json(&pod)
+        })
+        .transpose()
+    };
+
+    for _ in 0..ROUNDS {
+        let plan = decide_on(&view);
+        if plan.create_pod.is_none() && view.pod.is_none() {
+            view.pod = Some(read_pod().await?);
+            continue;
+        }
+        let target = target(shared, &browsers_api, &pods_api, &view.browser);
+        // A pod is created at most once per Browser, whatever the caches say: the create is
+        // decided on the Browser as the API server has it now (the cache may predate its
+        // failure, its deletion, or the pod recorded in its status).
+        if plan.create_pod.is_some() && !view.browser_current {
+            match target.current_browser(plan.ensure_metadata).await? {
+                Some(current) => {
+                    let current = Arc::new(current);
+                    scope
+                        .fresher
+                        .remember_browser(ns, name, Known::Object(current.clone()));
+                    view.browser = current;
+                    view.browser_current = true;
+                    continue;
+                }
+                None => {
+                    let_go(scope, ns, name, &view.browser);
+                    return Ok(Action::await_change());
+                }
+            }
+        }
+        log_plan(&plan);
+        let executed = target.execute(&plan).await?;
+        if executed.pod_exists {
+            view.pod = Some(read_pod().await?);
+            continue;
+        }
+        return finish(scope, ns, name, &view, &plan, executed, schema.as_deref()).await;
+    }
+    Err(ReconcileError::Unsettled)
+}
+
+/// After the plan's writes: a rejected create becomes the Browser's failure; what the writes
+/// returned is remembered; the Events go to the publisher.
+async fn finish(
+    scope: &Scope,
+    ns: &str,
+    name: &str,
+    view: &View,
+    plan: &decide::Plan,
+    mut executed: Executed,
+    schema: Option<&crate::pod::schema::PodSchema>,
+) -> Result<Action, ReconcileError> {
+    let shared = &scope.shared;
+    if let Some(status) = executed.create_unknown_fields.take() {
+        if shared.schemas.renewed_since(schema).await {
+            return Err(ReconcileError::StaleSchema(status.message));
+        }
+        match classify_create_error(status.code, &status.message) {
+            CreateOutcome::Fail(failure) => executed.create_rejected = Some(failure),
+            CreateOutcome::Retry => {
+                return Err(ExecuteError::Api {
+                    action: "create pod",
+                    source: kube::Error::Api(status),
+                }
+                .into());
+            }
+        }
+    }
+    let mut events = plan.events.clone();
+    let mut requeue = plan.requeue_after;
+    if let Some(failure) = executed.create_rejected.take() {
+        let observed = Observed {
+            browser: &view.browser,
+            pod: view.pod(),
+            now: Timestamp::now(),
+        };
+        let rejected = decide::create_rejected(&observed, &shared.settings, failure);
+        log_plan(&rejected);
+        let pods_api = scope.api(&shared.kinds.pod, ns);
+        let browsers_api = scope.api(&shared.kinds.browser, ns);
+        executed = target(shared, &browsers_api, &pods_api, &view.browser)
+            .execute(&rejected)
+            .await?;
+        events = rejected.events.clone();
+        requeue = rejected.requeue_after;
+        if !executed.vanished {
+            publish_failures(shared, &rejected);
+        }
+    } else if !executed.vanished {
+        publish_failures(shared, plan);
+        observe_running(shared, &view.browser, plan);
+    }
+    remember(scope, ns, name, &view.browser, &executed);
+    if executed.vanished {
+        // The API answered that the Browser is gone: nothing more for it.
+        return Ok(Action::await_change());
+    }
+    if !events.is_empty() {
+        let reference = view.browser.object_ref(&shared.kinds.browser);
+        for event in events {
+            shared.events.publish(event, reference.clone());
+        }
+    }
+    Ok(requeue.map_or_else(Action::await_change, Action::requeue))
+}
+
+fn pod_json(pod: &DynamicObject) -> Result<Value, ReconcileError> {
+    serde_json::to_value(pod).map_err(ReconcileError::Serialize)
+}
+
+fn target<'a>(
+    shared: &'a Shared,
+    browsers: &'a Api<DynamicObject>,
+    pods: &'a Api<DynamicObject>,
+    browser: &'a DynamicObject,
+) -> Target<'a> {
+    Target {
+        browsers,
+        pods,
+        browser_resource: &shared.kinds.browser,
+        browser,
+        metrics: &shared.metrics,
+    }
+}
+
+/// The operator is done with `browser`: whatever the cache still shows of it is ignored.
+fn let_go(scope: &Scope, ns: &str, name: &str, browser: &DynamicObject) {
+    if let Some(uid) = &browser.metadata.uid {
+        scope
+            .fresher
+            .remember_browser(ns, name, Known::Gone { uid: uid.clone() });
+    }
+}
+
+/// What a reconcile decided to write, at debug level (cheap: flags and the phase only).
+fn log_plan(plan: &decide::Plan) {
+    let status = plan.status.as_ref();
+    let field = |f: &str| status.and_then(|s| s.get(f)).and_then(Value::as_str);
+    debug!(
+        ensure_metadata = plan.ensure_metadata,
+        adopt_pod = plan.adopt_pod.is_some(),
+        create_pod = plan.create_pod.is_some(),
+        status_phase = field("phase"),
+        status_reason = field("reason"),
+        delete_pod_grace = ?plan.delete_pod.as_ref().map(|d| d.grace_seconds),
+        delete_browser = plan.delete_browser,
+        release_finalizer = plan.release_finalizer,
+        requeue_after = ?plan.requeue_after,
+        "decided"
+    );
+}
+
+/// The `running` startup stage, in the one reconcile that first publishes `Running`.
+fn observe_running(shared: &Shared, browser: &DynamicObject, plan: &decide::Plan) {
+    let current = browser.data.get("status").unwrap_or(&Value::Null);
+    if let Some(desired) = &plan.status
+        && metrics::publishes_running(current, desired)
+        && let Some(created) = &browser.metadata.creation_timestamp
+    {
+        shared
+            .metrics
+            .startup(Stage::Running, created.0, Timestamp::now());
+    }
+}
+
+fn publish_failures(shared: &Shared, plan: &decide::Plan) {
+    if let Some(reason) = plan
+        .status
+        .as_ref()
+        .filter(|s| s.get("phase").and_then(Value::as_str) == Some("Failed"))
+        .and_then(|s| s.get("reason").and_then(Value::as_str))
+    {
+        shared.metrics.failure(reason);
+    }
+}
+
+fn remember(scope: &Scope, ns: &str, name: &str, browser: &DynamicObject, executed: &Executed) {
+    if executed.let_go {
+        let_go(scope, ns, name, browser);
+    } else if let Some(written) = &executed.browser {
+        scope
+            .fresher
+            .remember_browser(ns, name, Known::Object(Arc::new(written.clone())));
+    }
+    if let Some(pod) = &executed.pod {
+        scope
+            .fresher
+            .remember_pod(ns, name, Known::Object(Arc::new(pod.clone())));
+    }
+    if let Some(uid) = &executed.pod_deleted {
+        scope
+            .fresher
+            .remember_pod(ns, name, Known::Gone { uid: uid.clone() });
+    }
+}
