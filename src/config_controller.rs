@@ -20,6 +20,7 @@ use serde_json::{Value, json};
 use tracing::{Instrument, debug, info_span, warn};
 
 use crate::api::discovery::Kinds;
+use crate::api::error::describe;
 use crate::api::keys;
 use crate::api::openapi::{PodSchemas, is_unknown_field_rejection};
 use crate::config::report::{self, DryRun, Findings};
@@ -114,9 +115,9 @@ impl Verdicts {
 /// Why validating a BrowserConfig failed; retried later.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("writing BrowserConfig status: {0}")]
+    #[error("writing BrowserConfig status: {}", describe(.0))]
     Status(#[source] kube::Error),
-    #[error("dry-run of entry {entry} could not be sent: {source}")]
+    #[error("dry-run of entry {entry} could not be sent: {}", describe(.source))]
     DryRun {
         entry: String,
         #[source]

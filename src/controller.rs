@@ -23,6 +23,7 @@ use tokio::sync::{mpsc, watch};
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::api::discovery::Kinds;
+use crate::api::error::describe;
 use crate::api::keys;
 use crate::api::openapi::PodSchemas;
 use crate::config_controller::Verdicts;
@@ -38,7 +39,7 @@ use crate::metrics::{self, Metrics, Stage};
 pub enum ReconcileError {
     #[error(transparent)]
     Execute(#[from] ExecuteError),
-    #[error("reading pod {name}: {source}")]
+    #[error("reading pod {name}: {}", describe(.source))]
     ReadPod {
         name: String,
         #[source]

@@ -12,11 +12,11 @@ use futures::future::{BoxFuture, Shared as SharedFuture};
 use kube::Client;
 use tokio::sync::watch;
 use tracing::{error, info, warn};
-use tracing_subscriber::EnvFilter;
 
 use crate::api::discovery::{self, DiscoveryError};
+use crate::api::error::{self as api_error, describe};
 use crate::api::openapi::PodSchemas;
-use crate::cli::{LogFormat, RunArgs};
+use crate::cli::{ListenAddr, RunArgs};
 use crate::config_controller;
 use crate::controller::{self, Shared};
 use crate::leader::{Election, LeaderError, LostLease, Role};
@@ -31,15 +31,26 @@ pub enum RunError {
     #[error(
         "cannot configure the Kubernetes client (in-cluster, KUBECONFIG or ~/.kube/config): {0}"
     )]
-    Client(#[source] kube::Error),
+    Config(#[source] kube::config::InferConfigError),
+    #[error("cannot configure the Kubernetes client for {url}: {}", describe(.source))]
+    Client {
+        url: String,
+        #[source]
+        source: kube::Error,
+    },
+    /// A request got no answer at all: the address is what the reader needs to check.
+    #[error("cannot reach the Kubernetes API server at {url}: {error}")]
+    Unreachable {
+        url: String,
+        #[source]
+        error: Box<RunError>,
+    },
     #[error(transparent)]
     Discovery(#[from] DiscoveryError),
     #[error(transparent)]
     Permissions(#[from] PermissionError),
     #[error(transparent)]
     Serve(#[from] ServeError),
-    #[error("invalid --log-level: {0}")]
-    LogLevel(String),
     #[error(transparent)]
     Leader(LeaderError),
     /// Reconciling stopped the moment the Lease was lost; a restart rejoins as a standby.
@@ -54,24 +65,6 @@ impl From<LeaderError> for RunError {
             other => RunError::Leader(other),
         }
     }
-}
-
-/// Sets up `tracing`: RUST_LOG wins over `--log-level`; text or JSON lines on stderr.
-pub fn init_logging(format: LogFormat, level: &str) -> Result<(), RunError> {
-    let filter = match std::env::var("RUST_LOG") {
-        Ok(env) if !env.is_empty() => EnvFilter::try_new(env),
-        _ => EnvFilter::try_new(level),
-    }
-    .map_err(|e| RunError::LogLevel(e.to_string()))?;
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    // A second initialisation (tests) keeps the first subscriber.
-    let _ = match format {
-        LogFormat::Json => builder.json().try_init(),
-        LogFormat::Text => builder.try_init(),
-    };
-    Ok(())
 }
 
 impl From<&RunArgs> for Settings {
@@ -135,9 +128,42 @@ async fn wait_for_signal() {
     let _ = tokio::signal::ctrl_c().await;
 }
 
+impl RunError {
+    /// Whether the error comes from a request that got no answer from the API server.
+    fn is_transport(&self) -> bool {
+        let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(self);
+        while let Some(e) = cause {
+            if e.downcast_ref::<kube::Error>()
+                .is_some_and(api_error::is_transport)
+            {
+                return true;
+            }
+            cause = e.source();
+        }
+        false
+    }
+
+    /// This error, naming the API server's address when the server could not be reached.
+    pub fn naming_server(self, url: &str) -> RunError {
+        if self.is_transport() {
+            RunError::Unreachable {
+                url: url.to_string(),
+                error: Box::new(self),
+            }
+        } else {
+            self
+        }
+    }
+}
+
 /// Runs the operator with a client inferred like kube-rs does, until a signal stops it.
 pub async fn run(args: RunArgs) -> Result<(), RunError> {
-    let client = Client::try_default().await.map_err(RunError::Client)?;
+    let config = kube::Config::infer().await.map_err(RunError::Config)?;
+    let url = config.cluster_url.to_string();
+    let client = Client::try_from(config).map_err(|source| RunError::Client {
+        url: url.clone(),
+        source,
+    })?;
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::spawn(signals(stop_tx));
     run_with_client(
@@ -147,6 +173,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         stop_future(&stop_rx),
     )
     .await
+    .map_err(|e| e.naming_server(&url))
 }
 
 /// The Browser controller and the BrowserConfig validator of every watched scope until
@@ -266,7 +293,8 @@ pub async fn run_with_client(
     let (halt_tx, halt_rx) = watch::channel(false);
     let halt = stop_future(&halt_rx);
     let mut servers = Vec::new();
-    match (args.health_probe_bind_address.0, args.metrics_addr.0) {
+    let on = |addr: ListenAddr| (addr != ListenAddr::Off).then_some(addr);
+    match (on(args.health_probe_bind_address), on(args.metrics_addr)) {
         (Some(health), Some(metrics)) if health == metrics => {
             let router =
                 server::health_routes(probes.clone()).merge(server::metrics_routes(probes));
