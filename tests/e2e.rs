@@ -1511,6 +1511,45 @@ async fn kubectl_get_shows_printer_columns_and_describe_shows_events(cx: Arc<Ctx
     );
     assert_eq!(row.len(), 7, "{wide}");
 
+    // BrowserConfigs: whether valid and in use, and how many entries; the spec hash with -o wide.
+    cx.until_config("chrome", "Ready", "True").await;
+    let configs = format!("browserconfigs.{}", keys::DEFAULT_GROUP);
+    let get = cx.kubectl(&["get", &configs]).await.unwrap();
+    assert_eq!(
+        header(&get),
+        ["NAME", "VALID", "READY", "ENTRIES", "AGE"],
+        "{get}"
+    );
+    let row: Vec<&str> = get
+        .lines()
+        .nth(1)
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    assert_eq!(row[..4], ["chrome", "True", "True", "1"], "{get}");
+    let wide = cx.kubectl(&["get", &configs, "-o", "wide"]).await.unwrap();
+    assert_eq!(
+        header(&wide),
+        ["NAME", "VALID", "READY", "ENTRIES", "SPECHASH", "AGE"],
+        "{wide}"
+    );
+    let row: Vec<&str> = wide
+        .lines()
+        .nth(1)
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    let config = cx
+        .api(&config_resource(cx.layout))
+        .get("chrome")
+        .await
+        .unwrap();
+    assert_eq!(
+        Some(row[4]),
+        config.data["status"]["version"].as_str(),
+        "{wide}"
+    );
+
     cx.until_events("k1", &["PodCreated", "Running"]).await;
     let describe = cx.kubectl(&["describe", &resource, "k1"]).await.unwrap();
     let events = describe

@@ -33,6 +33,17 @@ pub fn version_of(spec: &Value) -> String {
     format!("{hash:016x}")
 }
 
+/// Number of version entries in `spec.browsers`, `*` entries included (`kubectl get` shows it).
+pub fn entries_of(spec: &Value) -> usize {
+    spec.get("browsers")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flat_map(|browsers| browsers.values())
+        .filter_map(Value::as_object)
+        .map(serde_json::Map::len)
+        .sum()
+}
+
 fn entry_name(browser: &str, version: &str) -> String {
     if browser.is_empty() {
         "spec".to_string()
@@ -200,6 +211,7 @@ pub fn status(
     }
     let mut status = json!({
         "version": version,
+        "entries": entries_of(spec),
         "lastUpdated": last_updated,
         "conditions": conditions,
     });
@@ -223,6 +235,19 @@ mod tests {
         let b = json!({"browsers": {"chrome": {"1": {"image": "b"}}}});
         assert_eq!(version_of(&a), version_of(&a.clone()));
         assert_ne!(version_of(&a), version_of(&b));
+    }
+
+    #[test]
+    fn entries_count_every_version_of_every_browser() {
+        let spec = json!({"browsers": {
+            "chrome": {"138.0": {}, "139.0": {}},
+            "firefox": {"*": {"image": "f:{version}"}, "115.0": {}},
+            "broken": "not an object",
+        }});
+        assert_eq!(entries_of(&spec), 4);
+        let s = status(&Value::Null, &spec, None, Findings::default(), now());
+        assert_eq!(s["entries"], 4);
+        assert_eq!(entries_of(&json!({})), 0);
     }
 
     #[test]
