@@ -10,11 +10,13 @@ use futures::FutureExt;
 use futures::future::Either;
 use futures::future::{BoxFuture, Shared as SharedFuture};
 use kube::Client;
+use kube::runtime::events::{Recorder, Reporter};
 use tokio::sync::watch;
 use tracing::{error, info, warn};
 
 use crate::api::discovery::{self, DiscoveryError};
 use crate::api::error::{self as api_error, describe};
+use crate::api::keys;
 use crate::api::openapi::PodSchemas;
 use crate::cli::{ListenAddr, RunArgs};
 use crate::config_controller;
@@ -186,6 +188,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
 /// idempotent status apply, repeated by whoever runs next).
 async fn reconcile_until_stopped(
     shared: Arc<Shared>,
+    config_events: Recorder,
     namespaces: &[String],
     stop: Stop,
     grace: Duration,
@@ -203,6 +206,7 @@ async fn reconcile_until_stopped(
             shared.verdicts.clone(),
             shared.schemas.clone(),
             shared.metrics.clone(),
+            config_events.clone(),
             stop.clone(),
         )
     }));
@@ -270,6 +274,14 @@ pub async fn run_with_client(
     // Before any pod is rendered; without a schema pods go out unpruned.
     let schemas = Arc::new(PodSchemas::new(client.clone(), SCHEMA_REFETCH_INTERVAL));
     schemas.load().await;
+    // Events on BrowserConfigs (rare: a refused validation) are published inline.
+    let config_events = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: keys::MANAGER.into(),
+            instance: Some(instance.clone()),
+        },
+    );
     let shared = Shared::new(
         client.clone(),
         kinds,
@@ -316,6 +328,7 @@ pub async fn run_with_client(
     let work = || {
         reconcile_until_stopped(
             shared.clone(),
+            config_events.clone(),
             &args.namespaces,
             stop.clone(),
             args.shutdown_timeout,
