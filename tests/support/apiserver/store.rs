@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 
 use super::apply::{self, Owner, Scope, Writer};
 use super::error::{ApiError, Cause};
+use super::rbac::{self, User};
 use super::resources::{self, ResKey, ResourceDef, Special};
 use super::validate;
 use super::watch::{self, Watcher};
@@ -78,6 +79,8 @@ pub struct WriteOpts {
     pub manager: Option<String>,
     pub dry_run: bool,
     pub force: bool,
+    /// The impersonated user the request acts as; `None` for the admin.
+    pub user: Option<User>,
 }
 
 /// `DeleteOptions` as far as the double honours them.
@@ -446,7 +449,7 @@ impl State {
         Self::check_types(t, &obj)?;
         Self::check_namespace(t, &obj)?;
         if t.def.special == Special::AccessReview {
-            return Ok(self.review_access(t, obj));
+            return Ok(self.review_access(t, obj, opts.user.as_ref()));
         }
         if !obj["metadata"].is_object() {
             obj["metadata"] = json!({});
@@ -599,8 +602,9 @@ impl State {
         Ok(Self::present(t, &obj))
     }
 
-    /// `SelfSubjectAccessReview`: allowed unless a denial rule matches; nothing is stored.
-    fn review_access(&self, t: &Target, mut body: Value) -> Value {
+    /// `SelfSubjectAccessReview`: allowed unless a denial rule matches or, for an
+    /// impersonated user, RBAC does not allow it; nothing is stored.
+    fn review_access(&self, t: &Target, mut body: Value, user: Option<&User>) -> Value {
         let attrs = &body["spec"]["resourceAttributes"];
         let field = |k: &str| attrs[k].as_str().unwrap_or("").to_string();
         let denied = self.denials.iter().any(|r| {
@@ -611,6 +615,18 @@ impl State {
                 &field("subresource"),
                 &field("namespace"),
             )
+        }) || user.is_some_and(|user| {
+            let resource = match field("subresource").as_str() {
+                "" => field("resource"),
+                sub => format!("{}/{sub}", field("resource")),
+            };
+            let request = rbac::Request {
+                verb: &field("verb"),
+                group: &field("group"),
+                resource: &resource,
+                namespace: &field("namespace"),
+            };
+            !rbac::allows(self, user, &request)
         });
         body["apiVersion"] = json!(t.api_version());
         body["kind"] = json!(t.def.kind);
