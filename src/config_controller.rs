@@ -487,17 +487,32 @@ fn error_policy(config: Arc<DynamicObject>, error: &ConfigError, _ctx: Arc<Conte
     Action::requeue(Duration::from_secs(30))
 }
 
+/// What the validators of every scope share.
+#[derive(Clone)]
+pub struct Validation {
+    pub client: Client,
+    pub kinds: Kinds,
+    pub verdicts: Arc<Verdicts>,
+    pub schemas: Arc<PodSchemas>,
+    pub metrics: Arc<Metrics>,
+    /// Events on BrowserConfigs; rare (a refused validation), so published inline.
+    pub events: Recorder,
+}
+
 /// Runs the BrowserConfig validator of one scope until `shutdown` resolves.
 pub async fn run_scope(
-    client: Client,
-    kinds: Kinds,
+    validation: Validation,
     namespace: Option<String>,
-    verdicts: Arc<Verdicts>,
-    schemas: Arc<PodSchemas>,
-    metrics: Arc<Metrics>,
-    recorder: Recorder,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
+    let Validation {
+        client,
+        kinds,
+        verdicts,
+        schemas,
+        metrics,
+        events: recorder,
+    } = validation;
     let api = scoped_api(&client, namespace.as_deref(), &kinds.browserconfig);
     let controller = Controller::new_with(
         api.clone(),

@@ -19,7 +19,7 @@ use crate::api::error::{self as api_error, describe};
 use crate::api::keys;
 use crate::api::openapi::PodSchemas;
 use crate::cli::{ListenAddr, RunArgs};
-use crate::config_controller;
+use crate::config_controller::{self, Validation};
 use crate::controller::{self, Shared};
 use crate::leader::{Election, LeaderError, LostLease, Role};
 use crate::lifecycle::decide::Settings;
@@ -198,18 +198,20 @@ async fn reconcile_until_stopped(
     } else {
         namespaces.iter().cloned().map(Some).collect()
     };
-    let validators = futures::future::join_all(scopes.iter().cloned().map(|ns| {
-        config_controller::run_scope(
-            shared.client.clone(),
-            shared.kinds.clone(),
-            ns,
-            shared.verdicts.clone(),
-            shared.schemas.clone(),
-            shared.metrics.clone(),
-            config_events.clone(),
-            stop.clone(),
-        )
-    }));
+    let validation = Validation {
+        client: shared.client.clone(),
+        kinds: shared.kinds.clone(),
+        verdicts: shared.verdicts.clone(),
+        schemas: shared.schemas.clone(),
+        metrics: shared.metrics.clone(),
+        events: config_events,
+    };
+    let validators = futures::future::join_all(
+        scopes
+            .iter()
+            .cloned()
+            .map(|ns| config_controller::run_scope(validation.clone(), ns, stop.clone())),
+    );
     let controllers = futures::future::join_all(
         scopes
             .into_iter()
