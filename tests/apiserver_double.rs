@@ -1982,3 +1982,38 @@ async fn impersonated_requests_get_what_rbac_grants_and_reviews_say_so() {
     // The admin is not impersonated: not subject to RBAC.
     pods(&admin).list(&ListParams::default()).await.unwrap();
 }
+
+#[tokio::test]
+async fn an_updated_crd_serves_its_new_printer_columns() {
+    let server = ApiServer::new();
+    let client = server.client();
+    let mut crd = browser_crd();
+    server.install_crd(&crd).unwrap();
+    crd["spec"]["versions"][0]["additionalPrinterColumns"] =
+        json!([{"name": "Shown", "type": "string", "jsonPath": ".spec.browserName"}]);
+    let gvk =
+        kube::core::GroupVersionKind::gvk("apiextensions.k8s.io", "v1", "CustomResourceDefinition");
+    let (resource, _) = discovery::pinned_kind(&client, &gvk).await.unwrap();
+    let crds: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+    let name = crd["metadata"]["name"].as_str().unwrap().to_string();
+    crds.patch(
+        &name,
+        &PatchParams::apply("test").force(),
+        &Patch::Apply(&crd),
+    )
+    .await
+    .unwrap();
+    let path = format!(
+        "/apis/{}/v1/namespaces/default/browsers",
+        crd["spec"]["group"].as_str().unwrap()
+    );
+    let (status, _, table) = raw_get(&server, &path, TABLE_ACCEPT).await;
+    assert_eq!(status, 200);
+    let names: Vec<&str> = table["columnDefinitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["Name", "Shown"]);
+}

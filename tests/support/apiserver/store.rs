@@ -946,6 +946,15 @@ impl State {
                 owners,
             },
         );
+        // An updated CRD serves what it now says (versions, printer columns).
+        if t.def.special == Special::Crd
+            && let Ok(def) = resources::from_crd(&next)
+        {
+            let key = def.key();
+            if let Some(served) = self.defs.iter_mut().find(|d| d.key() == key) {
+                *served = def;
+            }
+        }
         self.emit(t, EventType::Modified, next.clone(), Some(old.obj.clone()));
         Self::present(t, &next)
     }
