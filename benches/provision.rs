@@ -36,7 +36,7 @@ use browser_controller::cli::{Cli, LogFormat};
 use browser_controller::lifecycle::decide::PodCreation;
 use browser_controller::lifecycle::desired;
 use browser_controller::metrics::Metrics;
-use browser_controller::{duration, manifest, operator};
+use browser_controller::{duration, logging, manifest, operator};
 use clap::Parser;
 use futures::{FutureExt, StreamExt, TryStreamExt};
 use kube::Client;
@@ -218,7 +218,7 @@ impl From<&Args> for Plan {
 fn main() -> ExitCode {
     let args = Args::parse();
     if std::env::var_os("RUST_LOG").is_some() {
-        let _ = operator::init_logging(LogFormat::Text, "info");
+        let _ = logging::init(LogFormat::Text, "info");
     }
     match run(&args) {
         Ok(()) => ExitCode::SUCCESS,

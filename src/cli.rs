@@ -11,11 +11,17 @@ use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
 use crate::api::crd::KubernetesVersion;
 use crate::duration;
 
+/// What `--help` says about running without a subcommand.
+const RUNS_THE_OPERATOR: &str = "Without a subcommand, browser-controller runs the operator: it watches Browsers \
+and BrowserConfigs and manages the browser Pods, configured by the options above (each also \
+read from the environment variable shown). `crds` and `render` need no cluster.";
+
 #[derive(Debug, Parser)]
 #[command(
     name = "browser-controller",
     version,
-    about = "Runs Selenium-compatible browsers as ephemeral Pods for the Selenosis stack",
+    about = "Runs Selenium-compatible browsers as ephemeral Pods for the Selenosis stack.",
+    after_help = RUNS_THE_OPERATOR,
     args_conflicts_with_subcommands = true
 )]
 pub struct Cli {
@@ -74,11 +80,12 @@ pub enum LogFormat {
 /// Flags of the operator itself (no subcommand).
 #[derive(Debug, Clone, Args)]
 pub struct RunArgs {
-    /// Address of the /metrics endpoint (`:8080` = all interfaces; `0` switches it off).
+    /// Address of the /metrics endpoint (`:8080` = all addresses, IPv6 and IPv4; `0` switches it off).
     #[arg(long, env = "METRICS_ADDR", default_value = ":8080", value_parser = parse_addr)]
     pub metrics_addr: ListenAddr,
 
-    /// Address of the /healthz and /readyz endpoints (`0` switches them off).
+    /// Address of the /healthz and /readyz endpoints (`:8081` = all addresses, IPv6 and IPv4;
+    /// `0` switches them off).
     #[arg(long, env = "HEALTH_PROBE_BIND_ADDRESS", default_value = ":8081", value_parser = parse_addr)]
     pub health_probe_bind_address: ListenAddr,
 
@@ -179,24 +186,42 @@ pub fn parse_log_level(input: &str) -> Result<String, String> {
         .map_err(|e| format!("invalid log filter {input:?}: {e}"))
 }
 
-/// A listen address that may be switched off.
+/// Where an endpoint listens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ListenAddr(pub Option<SocketAddr>);
+pub enum ListenAddr {
+    /// `0`: the endpoint is switched off.
+    Off,
+    /// `:port`: every address of the host, IPv6 and IPv4 (IPv4 only where the host has no
+    /// IPv6), so that probes reach it on single- and dual-stack clusters alike.
+    AllAddresses(u16),
+    /// One address, e.g. `127.0.0.1:8080` or `[::]:8080`.
+    At(SocketAddr),
+}
+
+impl std::fmt::Display for ListenAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ListenAddr::Off => f.write_str("0"),
+            ListenAddr::AllAddresses(port) => write!(f, ":{port}"),
+            ListenAddr::At(addr) => write!(f, "{addr}"),
+        }
+    }
+}
 
 /// Parses `:8080`, `0.0.0.0:8080`, `[::]:8080`; `0` means switched off.
 pub fn parse_addr(input: &str) -> Result<ListenAddr, String> {
     let s = input.trim();
     if s == "0" || s.is_empty() {
-        return Ok(ListenAddr(None));
+        return Ok(ListenAddr::Off);
     }
-    let full = if s.starts_with(':') {
-        format!("0.0.0.0{s}")
-    } else {
-        s.to_string()
-    };
-    full.parse()
-        .map(|a| ListenAddr(Some(a)))
-        .map_err(|_| format!("invalid address {input:?}: expected e.g. :8080 or 127.0.0.1:8080"))
+    let invalid = || format!("invalid address {input:?}: expected e.g. :8080 or 127.0.0.1:8080");
+    match s.strip_prefix(':') {
+        Some(port) => port
+            .parse()
+            .map(ListenAddr::AllAddresses)
+            .map_err(|_| invalid()),
+        None => s.parse().map(ListenAddr::At).map_err(|_| invalid()),
+    }
 }
 
 #[cfg(test)]
@@ -216,18 +241,28 @@ mod tests {
         ])
         .unwrap();
         assert!(cli.command.is_none());
-        assert_eq!(
-            cli.run.metrics_addr,
-            ListenAddr(Some("0.0.0.0:8080".parse().unwrap()))
-        );
+        assert_eq!(cli.run.metrics_addr, ListenAddr::AllAddresses(8080));
         assert_eq!(
             cli.run.health_probe_bind_address,
-            ListenAddr(Some("0.0.0.0:8081".parse().unwrap()))
+            ListenAddr::AllAddresses(8081)
         );
         assert_eq!(
             parse(&["--metrics-addr=0"]).unwrap().run.metrics_addr,
-            ListenAddr(None)
+            ListenAddr::Off
         );
+        assert_eq!(
+            parse(&["--metrics-addr=[::1]:9090"])
+                .unwrap()
+                .run
+                .metrics_addr,
+            ListenAddr::At("[::1]:9090".parse().unwrap())
+        );
+        for bad in [":http", "localhost:8080", ":70000"] {
+            let text = parse(&[&format!("--metrics-addr={bad}")])
+                .unwrap_err()
+                .to_string();
+            assert!(text.contains("expected e.g. :8080"), "{bad}: {text}");
+        }
         assert!(!cli.run.enable_leader_election);
         assert!(
             parse(&["--enable-leader-election"])
@@ -283,6 +318,20 @@ mod tests {
                     .run
                     .log_level,
                 good
+            );
+        }
+    }
+
+    #[test]
+    fn help_says_that_no_subcommand_runs_the_operator() {
+        use clap::CommandFactory;
+        for help in [
+            Cli::command().render_help().to_string(),
+            Cli::command().render_long_help().to_string(),
+        ] {
+            assert!(
+                help.contains("Without a subcommand, browser-controller runs the operator"),
+                "{help}"
             );
         }
     }

@@ -1,5 +1,6 @@
 //! The offline subcommands: `render` prints the Pod a Browser would get (no cluster needed).
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use kube::api::DynamicObject;
@@ -9,7 +10,7 @@ use serde_json::Value;
 use crate::api::keys;
 use crate::cli::{OutputFormat, RenderArgs};
 use crate::config::lookup::{self, LookupError};
-use crate::lifecycle::decide::PodCreation;
+use crate::lifecycle::decide::{self, PodCreation};
 use crate::lifecycle::desired;
 use crate::manifest::{self, ManifestError};
 
@@ -96,10 +97,23 @@ pub fn render(args: &RenderArgs) -> Result<String, RenderCommandError> {
         });
     }
     let browser = to_object(&args.browser, "Browser", browsers.remove(0))?;
+    // What the operator would say of this spec (a version YAML read as a number …).
+    let (name, version) =
+        decide::browser_spec(&browser).map_err(|failure| RenderCommandError::Rejected {
+            reason: failure.reason,
+            message: failure.message,
+        })?;
     // Like the operator, only configs of the Browser's namespace count; files without a
     // namespace stand for any.
+    let mut elsewhere = BTreeSet::new();
     if let Some(ns) = browser.metadata.namespace.as_deref() {
-        configs.retain(|c| c.metadata.namespace.as_deref().is_none_or(|cns| cns == ns));
+        configs.retain(|c| match c.metadata.namespace.as_deref() {
+            Some(cns) if cns != ns => {
+                elsewhere.insert(cns.to_string());
+                false
+            }
+            _ => true,
+        });
     }
     let pod = match desired::pod_for(
         &browser,
@@ -110,20 +124,17 @@ pub fn render(args: &RenderArgs) -> Result<String, RenderCommandError> {
     ) {
         PodCreation::Render { pod, .. } => pod,
         PodCreation::Fail(failure) if failure.reason == "ConfigNotFound" => {
-            let spec = |f: &str| {
-                browser
-                    .data
-                    .pointer(&format!("/spec/{f}"))
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
+            let available = match lookup::resolve(&configs, name, version) {
+                Err(LookupError::NotFound { available, .. }) if !available.is_empty() => {
+                    format!(" (available: {})", available.join(", "))
+                }
+                _ if !elsewhere.is_empty() => format!(
+                    " (the given BrowserConfigs are in namespace {}, the Browser is in namespace {}: a Browser uses only the BrowserConfigs of its own namespace)",
+                    elsewhere.into_iter().collect::<Vec<_>>().join(", "),
+                    browser.metadata.namespace.as_deref().unwrap_or_default()
+                ),
+                _ => " (the given files define no resolvable entry)".to_string(),
             };
-            let available =
-                match lookup::resolve(&configs, spec("browserName"), spec("browserVersion")) {
-                    Err(LookupError::NotFound { available, .. }) if !available.is_empty() => {
-                        format!(" (available: {})", available.join(", "))
-                    }
-                    _ => " (the given files define no resolvable entry)".to_string(),
-                };
             return Err(RenderCommandError::NotFound {
                 message: failure.message,
                 available,

@@ -8,12 +8,15 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use jiff::Timestamp;
+use kube::Resource;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
@@ -21,6 +24,7 @@ use serde_json::{Value, json};
 use tracing::{Instrument, debug, info_span, warn};
 
 use crate::api::discovery::Kinds;
+use crate::api::error::describe;
 use crate::api::keys;
 use crate::api::openapi::{PodSchemas, is_unknown_field_rejection};
 use crate::config::report::{self, DryRun, Findings};
@@ -39,6 +43,8 @@ const SAMPLE_VERSION: &str = "latest";
 #[derive(Debug, Clone, Default)]
 struct Verdict {
     rejection: Option<String>,
+    /// The cluster refused to judge the entry (kept for this reconcile only).
+    refusal: Option<String>,
     removed: Vec<String>,
 }
 
@@ -48,11 +54,34 @@ type EntryVerdicts = HashMap<(String, String), Verdict>;
 /// What was judged of a config: its generation, against which Pod schema (if any).
 type Judged = (i64, Option<Weak<PodSchema>>);
 
+/// Whether `judged` is the judgement of `generation` against `schema`.
+fn judged_as(judged: &Judged, generation: i64, schema: Option<&Arc<PodSchema>>) -> bool {
+    match (judged, schema) {
+        ((g, None), None) => *g == generation,
+        ((g, Some(weak)), Some(schema)) => {
+            *g == generation && Weak::ptr_eq(weak, &Arc::downgrade(schema))
+        }
+        _ => false,
+    }
+}
+
+/// Dry runs of a config that the cluster refused to judge, kept until the retry is due, so
+/// that reconciles in between (the watch event of the config's own status write) do not ask
+/// again.
+struct Refused {
+    judged: Judged,
+    runs: Vec<DryRun>,
+    /// When the cluster first refused, in this run of refusals.
+    since: Instant,
+    retry_at: Instant,
+}
+
 /// Dry-run verdicts by namespace and config name.
 #[derive(Default)]
 pub struct Verdicts {
     by_config: Mutex<HashMap<(String, String), EntryVerdicts>>,
     judged: Mutex<HashMap<String, Judged>>,
+    refused: Mutex<HashMap<String, Refused>>,
 }
 
 impl Verdicts {
@@ -76,13 +105,16 @@ impl Verdicts {
             .unwrap_or_default()
     }
 
-    fn record(&self, ns: &str, config: &str, uid: &str, judged: Judged, runs: &[DryRun]) {
+    /// Records the verdicts of `runs`; `judged` is `None` while some entry is not judged yet
+    /// (the cluster refused the dry run), so that the next reconcile tries again.
+    fn record(&self, ns: &str, config: &str, uid: &str, judged: Option<Judged>, runs: &[DryRun]) {
         let entries = runs
             .iter()
             .filter(|r| r.rejection.is_some() || !r.removed.is_empty())
             .map(|r| {
                 let verdict = Verdict {
                     rejection: r.rejection.clone(),
+                    refusal: None,
                     removed: r.removed.clone(),
                 };
                 (
@@ -95,30 +127,73 @@ impl Verdicts {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert((ns.to_string(), config.to_string()), entries);
-        self.judged
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(uid.to_string(), judged);
+        let mut all = self.judged.lock().unwrap_or_else(|e| e.into_inner());
+        match judged {
+            Some(judged) => {
+                all.insert(uid.to_string(), judged);
+                // Judged in full: a run of refusals, if any, has ended.
+                self.refused
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(uid);
+            }
+            None => {
+                all.remove(uid);
+            }
+        }
     }
 
     fn judged(&self, uid: &str, generation: i64, schema: Option<&Arc<PodSchema>>) -> bool {
         let judged = self.judged.lock().unwrap_or_else(|e| e.into_inner());
-        match (judged.get(uid), schema) {
-            (Some((g, None)), None) => *g == generation,
-            (Some((g, Some(weak))), Some(schema)) => {
-                *g == generation && Weak::ptr_eq(weak, &Arc::downgrade(schema))
-            }
-            _ => false,
-        }
+        judged
+            .get(uid)
+            .is_some_and(|j| judged_as(j, generation, schema))
+    }
+
+    /// Remembers refused dry runs of a config; returns the wait before the next attempt and
+    /// whether this is the first refusal of a run of them.
+    fn refused(
+        &self,
+        uid: &str,
+        judged: Judged,
+        runs: Vec<DryRun>,
+        now: Instant,
+    ) -> (Duration, bool) {
+        let mut all = self.refused.lock().unwrap_or_else(|e| e.into_inner());
+        let since = all.get(uid).map(|r| r.since);
+        let wait = refused_retry_after(now.saturating_duration_since(since.unwrap_or(now)));
+        let refused = Refused {
+            judged,
+            runs,
+            since: since.unwrap_or(now),
+            retry_at: now + wait,
+        };
+        all.insert(uid.to_string(), refused);
+        (wait, since.is_none())
+    }
+
+    /// The refused dry runs of this generation and schema while their retry is not due yet,
+    /// with the time left.
+    fn pending_refusal(
+        &self,
+        uid: &str,
+        generation: i64,
+        schema: Option<&Arc<PodSchema>>,
+        now: Instant,
+    ) -> Option<(Vec<DryRun>, Duration)> {
+        let all = self.refused.lock().unwrap_or_else(|e| e.into_inner());
+        let refused = all.get(uid)?;
+        (now < refused.retry_at && judged_as(&refused.judged, generation, schema))
+            .then(|| (refused.runs.clone(), refused.retry_at - now))
     }
 }
 
 /// Why validating a BrowserConfig failed; retried later.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("writing BrowserConfig status: {0}")]
+    #[error("writing BrowserConfig status: {}", describe(.0))]
     Status(#[source] kube::Error),
-    #[error("dry-run of entry {entry} could not be sent: {source}")]
+    #[error("dry-run of entry {entry} could not be sent: {}", describe(.source))]
     DryRun {
         entry: String,
         #[source]
@@ -128,6 +203,7 @@ pub enum ConfigError {
 
 struct Context {
     client: Client,
+    recorder: Recorder,
     kinds: Kinds,
     verdicts: Arc<Verdicts>,
     schemas: Arc<PodSchemas>,
@@ -185,7 +261,7 @@ async fn dry_run_entry(
         PodCreation::Fail(f) => {
             return Ok(Verdict {
                 rejection: Some(f.message),
-                removed: Vec::new(),
+                ..Verdict::default()
             });
         }
         PodCreation::Render { pod, removed } => (pod, removed),
@@ -193,12 +269,19 @@ async fn dry_run_entry(
     let name = browser.metadata.name.clone().unwrap_or_default();
     let params = PatchParams::apply(keys::FIELD_MANAGER).force().dry_run();
     ctx.metrics.write("apply-dry-run", "pods");
-    let rejection = match pods.patch(&name, &params, &Patch::Apply(&pod)).await {
-        Ok(_) => None,
-        Err(kube::Error::Api(s)) if is_rejection(s.code, &s.message) => Some(s.message),
+    let (rejection, refusal) = match pods.patch(&name, &params, &Patch::Apply(&pod)).await {
+        Ok(_) => (None, None),
+        Err(kube::Error::Api(s)) if is_rejection(s.code, &s.message) => (Some(s.message), None),
+        // Admission forbade even the dry run (a ResourceQuota of zero pods, a policy): the
+        // pod was not judged. Not a failure to send: retrying at once would change nothing.
+        Err(kube::Error::Api(s)) if s.code == 403 => (None, Some(s.message)),
         Err(source) => return Err(ConfigError::DryRun { entry, source }),
     };
-    Ok(Verdict { rejection, removed })
+    Ok(Verdict {
+        rejection,
+        refusal,
+        removed,
+    })
 }
 
 async fn dry_run_entries(
@@ -247,6 +330,7 @@ async fn dry_run_entries(
             browser: report.browser.clone(),
             version: report.version.clone(),
             rejection: verdict.rejection,
+            refusal: verdict.refusal,
             removed: verdict.removed,
         });
     }
@@ -264,19 +348,26 @@ async fn reconcile(config: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Acti
         let current = config.data.get("status").cloned().unwrap_or(Value::Null);
         // Judged against the schema in use at the start; a schema change re-judges anyway.
         let schema = ctx.schemas.current();
-        let runs = if ctx.verdicts.judged(&uid, generation, schema.as_ref()) {
+        let pending =
+            ctx.verdicts
+                .pending_refusal(&uid, generation, schema.as_ref(), Instant::now());
+        let runs = if pending.is_some() || ctx.verdicts.judged(&uid, generation, schema.as_ref()) {
             None
         } else {
             Some(dry_run_entries(&ctx, &config, &reports).await?)
         };
-        let runs = match runs {
-            Some(runs) => {
-                let judged = (generation, schema.as_ref().map(Arc::downgrade));
+        let runs = match (runs, &pending) {
+            (_, Some((refused, _))) => refused.clone(),
+            (Some(runs), None) => {
+                let judged = runs
+                    .iter()
+                    .all(|r| r.refusal.is_none())
+                    .then(|| (generation, schema.as_ref().map(Arc::downgrade)));
                 ctx.verdicts.record(&ns, &name, &uid, judged, &runs);
                 runs
             }
             // Already judged: rebuild the verdicts from what was recorded.
-            None => reports
+            (None, None) => reports
                 .iter()
                 .map(|r| {
                     let verdict = ctx.verdicts.verdict(&ns, &name, &r.browser, &r.version);
@@ -284,12 +375,14 @@ async fn reconcile(config: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Acti
                         browser: r.browser.clone(),
                         version: r.version.clone(),
                         rejection: verdict.rejection,
+                        refusal: verdict.refusal,
                         removed: verdict.removed,
                     }
                 })
                 .collect(),
         };
         let problems = report::problems(&reports, &runs);
+        let refusals = report::refusals(&runs);
         let removed = report::removed_fields(&runs);
         let same_ns: Vec<Arc<DynamicObject>> = ctx
             .store
@@ -308,6 +401,7 @@ async fn reconcile(config: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Acti
             config.metadata.generation,
             Findings {
                 problems: &problems,
+                refusals: &refusals,
                 removed: &removed,
                 conflicts: &conflicts,
             },
@@ -331,27 +425,96 @@ async fn reconcile(config: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Acti
             .await
             .map_err(ConfigError::Status)?;
         }
-        Ok(Action::await_change())
+        if refusals.is_empty() {
+            return Ok(Action::await_change());
+        }
+        if let Some((_, left)) = pending {
+            return Ok(Action::requeue(left));
+        }
+        let judged = (generation, schema.as_ref().map(Arc::downgrade));
+        let (wait, first) = ctx
+            .verdicts
+            .refused(&uid, judged, runs.clone(), Instant::now());
+        if first {
+            let note = refusals.join(" | ");
+            warn!(error = %note, retry_in = ?wait, "the cluster refused to validate BrowserConfig entries; their validity is unknown");
+            publish_refusal(&ctx, &config, note).await;
+        } else {
+            debug!(retry_in = ?wait, "the cluster still refuses to validate BrowserConfig entries");
+        }
+        Ok(Action::requeue(wait))
     }
     .instrument(span)
     .await
 }
 
+/// First retry after the cluster refused to judge a config's pods; then the time the refusal
+/// has lasted (so the waits double), at most [`REFUSED_RETRY_MAX`].
+const REFUSED_RETRY_FIRST: Duration = Duration::from_secs(5);
+const REFUSED_RETRY_MAX: Duration = Duration::from_secs(300);
+
+/// The wait before judging again a config whose validation has been refused for `lasted`.
+fn refused_retry_after(lasted: Duration) -> Duration {
+    lasted.clamp(REFUSED_RETRY_FIRST, REFUSED_RETRY_MAX)
+}
+
+/// One Warning Event on the BrowserConfig when the cluster starts refusing to judge it.
+async fn publish_refusal(ctx: &Context, config: &DynamicObject, mut note: String) {
+    // The API server refuses longer notes.
+    if note.len() > EVENT_NOTE_MAX {
+        let mut end = EVENT_NOTE_MAX;
+        while !note.is_char_boundary(end) {
+            end -= 1;
+        }
+        note.truncate(end);
+    }
+    let event = Event {
+        type_: EventType::Warning,
+        reason: report::VALIDATION_REFUSED.into(),
+        note: Some(note),
+        action: "Validate".into(),
+        secondary: None,
+    };
+    ctx.metrics.write("create", "events");
+    let reference = config.object_ref(&ctx.kinds.browserconfig);
+    if let Err(e) = ctx.recorder.publish(&event, &reference).await {
+        debug!(error = %describe(&e), "publishing the BrowserConfig event failed");
+    }
+}
+
+const EVENT_NOTE_MAX: usize = 1024;
+
 fn error_policy(config: Arc<DynamicObject>, error: &ConfigError, _ctx: Arc<Context>) -> Action {
     warn!(namespace = %config.namespace().unwrap_or_default(), name = %config.name_any(), error = %error, "BrowserConfig validation failed; retrying");
-    Action::requeue(std::time::Duration::from_secs(30))
+    Action::requeue(Duration::from_secs(30))
+}
+
+/// What the validators of every scope share.
+#[derive(Clone)]
+pub struct Validation {
+    pub client: Client,
+    pub kinds: Kinds,
+    pub verdicts: Arc<Verdicts>,
+    pub schemas: Arc<PodSchemas>,
+    pub metrics: Arc<Metrics>,
+    /// Events on BrowserConfigs; rare (a refused validation), so published inline.
+    pub events: Recorder,
 }
 
 /// Runs the BrowserConfig validator of one scope until `shutdown` resolves.
 pub async fn run_scope(
-    client: Client,
-    kinds: Kinds,
+    validation: Validation,
     namespace: Option<String>,
-    verdicts: Arc<Verdicts>,
-    schemas: Arc<PodSchemas>,
-    metrics: Arc<Metrics>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
+    let Validation {
+        client,
+        kinds,
+        verdicts,
+        schemas,
+        metrics,
+        events: recorder,
+    } = validation;
     let api = scoped_api(&client, namespace.as_deref(), &kinds.browserconfig);
     let writer = Writer::<DynamicObject>::new(kinds.browserconfig.clone());
     let store = writer.as_reader();
@@ -378,6 +541,7 @@ pub async fn run_scope(
     });
     let ctx = Arc::new(Context {
         client,
+        recorder,
         kinds: kinds.clone(),
         verdicts,
         schemas,
@@ -432,9 +596,10 @@ mod tests {
             browser: "Chrome".into(),
             version: "139.0".into(),
             rejection: None,
+            refusal: None,
             removed: vec!["spec.hostUsers".into()],
         }];
-        verdicts.record("ns", "c", "uid", (3, Some(Arc::downgrade(&a))), &runs);
+        verdicts.record("ns", "c", "uid", Some((3, Some(Arc::downgrade(&a)))), &runs);
         assert!(verdicts.judged("uid", 3, Some(&a)));
         assert!(!verdicts.judged("uid", 4, Some(&a)));
         assert!(!verdicts.judged("uid", 3, Some(&b)));
@@ -446,8 +611,54 @@ mod tests {
         );
         assert_eq!(verdicts.rejection("ns", "c", "chrome", "139.0"), None);
 
-        verdicts.record("ns", "c", "uid", (3, None), &runs);
+        verdicts.record("ns", "c", "uid", Some((3, None)), &runs);
         assert!(verdicts.judged("uid", 3, None));
         assert!(!verdicts.judged("uid", 3, Some(&a)));
+        // A refused dry run leaves the config to be judged again.
+        verdicts.record("ns", "c", "uid", None, &runs);
+        assert!(!verdicts.judged("uid", 3, None));
+    }
+
+    #[test]
+    fn refused_validations_are_retried_with_doubling_waits_until_judged() {
+        let verdicts = Verdicts::default();
+        let runs = vec![DryRun {
+            browser: "chrome".into(),
+            version: "139.0".into(),
+            rejection: None,
+            refusal: Some("exceeded quota".into()),
+            removed: Vec::new(),
+        }];
+        let t0 = Instant::now();
+        let at = |secs: u64| t0 + Duration::from_secs(secs);
+        // The first refusal starts a run: retried after the first wait; nothing is asked meanwhile.
+        assert_eq!(
+            verdicts.refused("uid", (1, None), runs.clone(), t0),
+            (REFUSED_RETRY_FIRST, true)
+        );
+        let (kept, left) = verdicts.pending_refusal("uid", 1, None, at(2)).unwrap();
+        assert_eq!((kept, left), (runs.clone(), Duration::from_secs(3)));
+        assert!(verdicts.pending_refusal("uid", 1, None, at(5)).is_none());
+        assert!(verdicts.pending_refusal("uid", 2, None, at(2)).is_none());
+        // Each later wait is as long as the refusals have lasted, up to the maximum.
+        assert_eq!(
+            verdicts.refused("uid", (1, None), runs.clone(), at(5)),
+            (Duration::from_secs(5), false)
+        );
+        assert_eq!(
+            verdicts.refused("uid", (1, None), runs.clone(), at(10)),
+            (Duration::from_secs(10), false)
+        );
+        assert_eq!(
+            verdicts.refused("uid", (1, None), runs.clone(), at(3600)),
+            (REFUSED_RETRY_MAX, false)
+        );
+        // Judged at last: the next refusal starts a new run.
+        verdicts.record("ns", "c", "uid", Some((1, None)), &[]);
+        assert!(verdicts.pending_refusal("uid", 1, None, at(3601)).is_none());
+        assert_eq!(
+            verdicts.refused("uid", (1, None), runs, at(4000)),
+            (REFUSED_RETRY_FIRST, true)
+        );
     }
 }

@@ -19,6 +19,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
+use crate::api::error::describe;
 use crate::api::keys;
 use crate::cli::RunArgs;
 use crate::duration;
@@ -36,7 +37,7 @@ pub enum LeaderError {
     Namespace { path: String, reason: String },
     #[error("leader election: {0}")]
     Timing(String),
-    #[error("leader election: cannot use Lease {lease}: {source}")]
+    #[error("leader election: cannot use Lease {lease}: {}", lease_error(.source))]
     Lease {
         lease: String,
         #[source]
@@ -44,6 +45,14 @@ pub enum LeaderError {
     },
     #[error(transparent)]
     Lost(#[from] LostLease),
+}
+
+/// A Lease error as one line: an API error as the server gave it.
+fn lease_error(error: &LeaseManagerError) -> String {
+    match error {
+        LeaseManagerError::KubeError(e) => describe(e).to_string(),
+        other => other.to_string(),
+    }
 }
 
 /// The Lease was lost while leading; reconciling stopped at once.
@@ -280,7 +289,7 @@ impl Election {
         match tokio::time::timeout(self.timing.renew_deadline, manager.release()).await {
             Ok(Ok(())) => info!(lease = %self.lease_ref(), "released the leader Lease"),
             Ok(Err(e)) => {
-                warn!(lease = %self.lease_ref(), error = %e, "releasing the leader Lease failed; it expires by itself")
+                warn!(lease = %self.lease_ref(), error = %lease_error(&e), "releasing the leader Lease failed; it expires by itself")
             }
             Err(_) => {
                 warn!(lease = %self.lease_ref(), "releasing the leader Lease timed out; it expires by itself")
@@ -313,7 +322,7 @@ impl Election {
                     });
                 }
                 Err(e) => {
-                    warn!(lease = %self.lease_ref(), error = %e, "reading the leader Lease failed; retrying");
+                    warn!(lease = %self.lease_ref(), error = %lease_error(&e), "reading the leader Lease failed; retrying");
                     tokio::select! {
                         biased;
                         () = &mut stop => return Ok(None),
@@ -339,7 +348,7 @@ impl Election {
                 Some(Ok(true)) => return Ok(Some(manager)),
                 Some(Ok(false)) => {}
                 Some(Err(e)) => {
-                    warn!(lease = %self.lease_ref(), error = %e, "trying for the leader Lease failed; retrying");
+                    warn!(lease = %self.lease_ref(), error = %lease_error(&e), "trying for the leader Lease failed; retrying");
                     tokio::select! {
                         biased;
                         () = &mut stop => return Ok(None),
@@ -357,7 +366,7 @@ impl Election {
                 Ok(false) => return self.lost("another replica holds it"),
                 Ok(true) => {}
                 Err(e) => {
-                    warn!(lease = %self.lease_ref(), error = %e, "renewing the leader Lease failed; retrying");
+                    warn!(lease = %self.lease_ref(), error = %lease_error(&e), "renewing the leader Lease failed; retrying");
                     tokio::time::sleep(self.timing.retry_period).await;
                 }
             }
@@ -392,7 +401,7 @@ impl Election {
                 },
                 Ok(Ok(None)) => return self.lost("the Lease was deleted"),
                 Ok(Err(e)) => {
-                    warn!(lease = %self.lease_ref(), error = %e, "reading the leader Lease failed")
+                    warn!(lease = %self.lease_ref(), error = %describe(&e), "reading the leader Lease failed")
                 }
             }
             if Instant::now() >= give_up {

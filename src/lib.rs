@@ -11,6 +11,7 @@ pub mod controller;
 pub mod duration;
 pub mod leader;
 pub mod lifecycle;
+pub mod logging;
 pub mod manifest;
 pub mod metrics;
 pub mod operator;

@@ -10,14 +10,16 @@ use futures::FutureExt;
 use futures::future::Either;
 use futures::future::{BoxFuture, Shared as SharedFuture};
 use kube::Client;
+use kube::runtime::events::{Recorder, Reporter};
 use tokio::sync::watch;
 use tracing::{error, info, warn};
-use tracing_subscriber::EnvFilter;
 
 use crate::api::discovery::{self, DiscoveryError};
+use crate::api::error::{self as api_error, describe};
+use crate::api::keys;
 use crate::api::openapi::PodSchemas;
-use crate::cli::{LogFormat, RunArgs};
-use crate::config_controller;
+use crate::cli::{ListenAddr, RunArgs};
+use crate::config_controller::{self, Validation};
 use crate::controller::{self, Shared};
 use crate::leader::{Election, LeaderError, LostLease, Role};
 use crate::lifecycle::decide::Settings;
@@ -32,16 +34,25 @@ pub enum RunError {
         "cannot configure the Kubernetes client (in-cluster, KUBECONFIG or ~/.kube/config): {0}"
     )]
     Config(#[source] kube::config::InferConfigError),
-    #[error("cannot create the Kubernetes client: {0}")]
-    Client(#[source] kube::Error),
+    #[error("cannot configure the Kubernetes client for {url}: {}", describe(.source))]
+    Client {
+        url: String,
+        #[source]
+        source: kube::Error,
+    },
+    /// A request got no answer at all: the address is what the reader needs to check.
+    #[error("cannot reach the Kubernetes API server at {url}: {error}")]
+    Unreachable {
+        url: String,
+        #[source]
+        error: Box<RunError>,
+    },
     #[error(transparent)]
     Discovery(#[from] DiscoveryError),
     #[error(transparent)]
     Permissions(#[from] PermissionError),
     #[error(transparent)]
     Serve(#[from] ServeError),
-    #[error("invalid --log-level: {0}")]
-    LogLevel(String),
     #[error(transparent)]
     Leader(LeaderError),
     /// Reconciling stopped the moment the Lease was lost; a restart rejoins as a standby.
@@ -56,24 +67,6 @@ impl From<LeaderError> for RunError {
             other => RunError::Leader(other),
         }
     }
-}
-
-/// Sets up `tracing`: RUST_LOG wins over `--log-level`; text or JSON lines on stderr.
-pub fn init_logging(format: LogFormat, level: &str) -> Result<(), RunError> {
-    let filter = match std::env::var("RUST_LOG") {
-        Ok(env) if !env.is_empty() => EnvFilter::try_new(env),
-        _ => EnvFilter::try_new(level),
-    }
-    .map_err(|e| RunError::LogLevel(e.to_string()))?;
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    // A second initialisation (tests) keeps the first subscriber.
-    let _ = match format {
-        LogFormat::Json => builder.json().try_init(),
-        LogFormat::Text => builder.try_init(),
-    };
-    Ok(())
 }
 
 impl From<&RunArgs> for Settings {
@@ -147,10 +140,42 @@ pub fn client(mut config: kube::Config) -> Result<Client, kube::Error> {
     Client::try_from(config)
 }
 
+impl RunError {
+    /// Whether the error comes from a request that got no answer from the API server.
+    fn is_transport(&self) -> bool {
+        let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(self);
+        while let Some(e) = cause {
+            if e.downcast_ref::<kube::Error>()
+                .is_some_and(api_error::is_transport)
+            {
+                return true;
+            }
+            cause = e.source();
+        }
+        false
+    }
+
+    /// This error, naming the API server's address when the server could not be reached.
+    pub fn naming_server(self, url: &str) -> RunError {
+        if self.is_transport() {
+            RunError::Unreachable {
+                url: url.to_string(),
+                error: Box::new(self),
+            }
+        } else {
+            self
+        }
+    }
+}
+
 /// Runs the operator with a client inferred like kube-rs does, until a signal stops it.
 pub async fn run(args: RunArgs) -> Result<(), RunError> {
     let config = kube::Config::infer().await.map_err(RunError::Config)?;
-    let client = client(config).map_err(RunError::Client)?;
+    let url = config.cluster_url.to_string();
+    let client = client(config).map_err(|source| RunError::Client {
+        url: url.clone(),
+        source,
+    })?;
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::spawn(signals(stop_tx));
     run_with_client(
@@ -160,6 +185,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         stop_future(&stop_rx),
     )
     .await
+    .map_err(|e| e.naming_server(&url))
 }
 
 /// The Browser controller and the BrowserConfig validator of every watched scope until
@@ -172,6 +198,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
 /// idempotent status apply, repeated by whoever runs next).
 async fn reconcile_until_stopped(
     shared: Arc<Shared>,
+    config_events: Recorder,
     namespaces: &[String],
     stop: Stop,
     grace: Duration,
@@ -181,17 +208,20 @@ async fn reconcile_until_stopped(
     } else {
         namespaces.iter().cloned().map(Some).collect()
     };
-    let validators = futures::future::join_all(scopes.iter().cloned().map(|ns| {
-        config_controller::run_scope(
-            shared.client.clone(),
-            shared.kinds.clone(),
-            ns,
-            shared.verdicts.clone(),
-            shared.schemas.clone(),
-            shared.metrics.clone(),
-            stop.clone(),
-        )
-    }));
+    let validation = Validation {
+        client: shared.client.clone(),
+        kinds: shared.kinds.clone(),
+        verdicts: shared.verdicts.clone(),
+        schemas: shared.schemas.clone(),
+        metrics: shared.metrics.clone(),
+        events: config_events,
+    };
+    let validators = futures::future::join_all(
+        scopes
+            .iter()
+            .cloned()
+            .map(|ns| config_controller::run_scope(validation.clone(), ns, stop.clone())),
+    );
     let controllers = futures::future::join_all(
         scopes
             .into_iter()
@@ -256,6 +286,14 @@ pub async fn run_with_client(
     // Before any pod is rendered; without a schema pods go out unpruned.
     let schemas = Arc::new(PodSchemas::new(client.clone(), SCHEMA_REFETCH_INTERVAL));
     schemas.load().await;
+    // Events on BrowserConfigs (rare: a refused validation) are published inline.
+    let config_events = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: keys::MANAGER.into(),
+            instance: Some(instance.clone()),
+        },
+    );
     let shared = Shared::new(
         client.clone(),
         kinds,
@@ -279,7 +317,8 @@ pub async fn run_with_client(
     let (halt_tx, halt_rx) = watch::channel(false);
     let halt = stop_future(&halt_rx);
     let mut servers = Vec::new();
-    match (args.health_probe_bind_address.0, args.metrics_addr.0) {
+    let on = |addr: ListenAddr| (addr != ListenAddr::Off).then_some(addr);
+    match (on(args.health_probe_bind_address), on(args.metrics_addr)) {
         (Some(health), Some(metrics)) if health == metrics => {
             let router =
                 server::health_routes(probes.clone()).merge(server::metrics_routes(probes));
@@ -301,6 +340,7 @@ pub async fn run_with_client(
     let work = || {
         reconcile_until_stopped(
             shared.clone(),
+            config_events.clone(),
             &args.namespaces,
             stop.clone(),
             args.shutdown_timeout,

@@ -14,6 +14,7 @@ use kube::api::{Api, PostParams};
 use kube::core::ApiResource;
 
 use crate::api::discovery::Kinds;
+use crate::api::error::describe;
 
 /// Group and plural of the Events the operator writes (`kube::runtime::events::Recorder`).
 const EVENTS_GROUP: &str = "events.k8s.io";
@@ -108,7 +109,8 @@ fn missing_lines(missing: &[String]) -> String {
 
 fn review_failed(access: &str, source: &kube::Error) -> String {
     let mut text = format!(
-        "cannot check the operator's permissions: the SelfSubjectAccessReview for {access} failed: {source}"
+        "cannot check the operator's permissions: the SelfSubjectAccessReview for {access} failed: {}",
+        describe(source)
     );
     if matches!(source, kube::Error::Api(status) if status.code == 403) {
         text.push_str(

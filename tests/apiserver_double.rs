@@ -1867,3 +1867,153 @@ async fn list_items_of_built_in_kinds_carry_no_type_but_custom_resources_do() {
     assert_eq!(list["items"][0]["kind"], "Browser");
     assert_eq!(list["items"][0]["apiVersion"], "selenosis.io/v1");
 }
+
+/// An object of `kind` in group `rbac.authorization.k8s.io`.
+fn rbac_object(kind: &str, name: &str, ns: Option<&str>, rest: Value) -> DynamicObject {
+    let mut object = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": kind,
+        "metadata": {"name": name},
+    });
+    if let Some(ns) = ns {
+        object["metadata"]["namespace"] = json!(ns);
+    }
+    for (key, value) in rest.as_object().unwrap() {
+        object[key] = value.clone();
+    }
+    serde_json::from_value(object).unwrap()
+}
+
+fn rbac_api(client: &Client, plural: &str, kind: &str, ns: Option<&str>) -> Api<DynamicObject> {
+    let ar = kube::core::ApiResource {
+        group: "rbac.authorization.k8s.io".into(),
+        version: "v1".into(),
+        api_version: "rbac.authorization.k8s.io/v1".into(),
+        kind: kind.into(),
+        plural: plural.into(),
+    };
+    match ns {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
+        None => Api::all_with(client.clone(), &ar),
+    }
+}
+
+#[tokio::test]
+async fn impersonated_requests_get_what_rbac_grants_and_reviews_say_so() {
+    let server = ApiServer::new();
+    let served = server.serve().await.unwrap();
+    let dir = support::host::TempDir::new("double-rbac");
+    let kubeconfig = dir.join("kubeconfig");
+    let user = "system:serviceaccount:ops:robot";
+    served.write_kubeconfig_as(&kubeconfig, Some(user)).unwrap();
+    let robot = support::controlplane::client_from(&kubeconfig)
+        .await
+        .unwrap();
+    let admin = server.client();
+
+    let everywhere: Api<DynamicObject> = Api::all_with(robot.clone(), &pod_resource());
+    let denied = everywhere.list(&ListParams::default()).await.unwrap_err();
+    match denied {
+        kube::Error::Api(status) => {
+            assert_eq!(status.code, 403);
+            assert_eq!(
+                status.message,
+                "pods is forbidden: User \"system:serviceaccount:ops:robot\" cannot list resource \"pods\" in API group \"\" at the cluster scope"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+
+    // A Role in `default` bound to the ServiceAccount: pods there, nothing elsewhere.
+    let role = rbac_object(
+        "Role",
+        "pod-reader",
+        Some("default"),
+        json!({"rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}]}),
+    );
+    rbac_api(&admin, "roles", "Role", Some("default"))
+        .create(&PostParams::default(), &role)
+        .await
+        .unwrap();
+    let binding = rbac_object(
+        "RoleBinding",
+        "pod-reader",
+        Some("default"),
+        json!({
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pod-reader"},
+            "subjects": [{"kind": "ServiceAccount", "name": "robot", "namespace": "ops"}],
+        }),
+    );
+    rbac_api(&admin, "rolebindings", "RoleBinding", Some("default"))
+        .create(&PostParams::default(), &binding)
+        .await
+        .unwrap();
+    let in_default: Api<DynamicObject> =
+        Api::namespaced_with(robot.clone(), "default", &pod_resource());
+    in_default.list(&ListParams::default()).await.unwrap();
+    assert!(everywhere.list(&ListParams::default()).await.is_err());
+    assert!(
+        in_default
+            .delete("x", &DeleteParams::default())
+            .await
+            .is_err_and(|e| matches!(e, kube::Error::Api(s) if s.code == 403))
+    );
+
+    // Its own reviews answer the same.
+    let reviews: Api<k8s_openapi::api::authorization::v1::SelfSubjectAccessReview> =
+        Api::all(robot.clone());
+    let review = |verb: &str, ns: Option<&str>| {
+        serde_json::from_value::<k8s_openapi::api::authorization::v1::SelfSubjectAccessReview>(json!({
+            "apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+            "spec": {"resourceAttributes": {"verb": verb, "group": "", "resource": "pods", "namespace": ns}},
+        }))
+        .unwrap()
+    };
+    for (verb, ns, allowed) in [
+        ("list", Some("default"), true),
+        ("delete", Some("default"), false),
+        ("list", None, false),
+    ] {
+        let answer = reviews
+            .create(&PostParams::default(), &review(verb, ns))
+            .await
+            .unwrap();
+        assert_eq!(answer.status.unwrap().allowed, allowed, "{verb} {ns:?}");
+    }
+    // The admin is not impersonated: not subject to RBAC.
+    pods(&admin).list(&ListParams::default()).await.unwrap();
+}
+
+#[tokio::test]
+async fn an_updated_crd_serves_its_new_printer_columns() {
+    let server = ApiServer::new();
+    let client = server.client();
+    let mut crd = browser_crd();
+    server.install_crd(&crd).unwrap();
+    crd["spec"]["versions"][0]["additionalPrinterColumns"] =
+        json!([{"name": "Shown", "type": "string", "jsonPath": ".spec.browserName"}]);
+    let gvk =
+        kube::core::GroupVersionKind::gvk("apiextensions.k8s.io", "v1", "CustomResourceDefinition");
+    let (resource, _) = discovery::pinned_kind(&client, &gvk).await.unwrap();
+    let crds: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+    let name = crd["metadata"]["name"].as_str().unwrap().to_string();
+    crds.patch(
+        &name,
+        &PatchParams::apply("test").force(),
+        &Patch::Apply(&crd),
+    )
+    .await
+    .unwrap();
+    let path = format!(
+        "/apis/{}/v1/namespaces/default/browsers",
+        crd["spec"]["group"].as_str().unwrap()
+    );
+    let (status, _, table) = raw_get(&server, &path, TABLE_ACCEPT).await;
+    assert_eq!(status, 200);
+    let names: Vec<&str> = table["columnDefinitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["Name", "Shown"]);
+}

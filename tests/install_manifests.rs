@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::core::{ApiResource, GroupVersionKind};
 
 use browser_controller::api::discovery::Kinds;
-use browser_controller::cli::Cli;
+use browser_controller::cli::{Cli, LogFormat};
 use browser_controller::manifest;
 use browser_controller::permissions::{self, Access};
 
@@ -210,9 +210,39 @@ fn cluster_role_grants_exactly_what_the_operator_uses() {
     let role = the("ClusterRole");
     assert_eq!(role["metadata"]["name"], NAME);
     let mut expected = expected_in_watched_namespaces();
-    expected.extend(leases());
     expected.extend(access_review());
     assert_same(&granted(&role), &expected, "ClusterRole");
+}
+
+#[test]
+fn the_lease_is_granted_by_a_role_in_the_operators_namespace_only() {
+    let role = the("Role");
+    assert_eq!(
+        role["metadata"]["name"],
+        "browser-controller-leader-election"
+    );
+    assert_eq!(role["metadata"]["namespace"], NAMESPACE);
+    assert_same(
+        &granted(&role),
+        &leases().into_iter().collect(),
+        "leader-election Role",
+    );
+    assert_binds_to_the_service_account(&the("RoleBinding"), &role);
+    // The Deployment puts the Lease in its own namespace (POD_NAMESPACE), where the Role is.
+    let deployment = the("Deployment");
+    assert_eq!(deployment["metadata"]["namespace"], NAMESPACE);
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    assert!(container["env"].as_array().unwrap().contains(&json!({
+        "name": "POD_NAMESPACE",
+        "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    })));
+    let cluster_role = granted(&the("ClusterRole"));
+    assert!(
+        cluster_role
+            .iter()
+            .all(|(_, resource, _)| resource != "leases"),
+        "the ClusterRole grants leases in every namespace"
+    );
 }
 
 const NAMESPACED: &str = "rbac/namespaced";
@@ -252,16 +282,18 @@ fn namespaced_rbac_is_apart_from_what_kubectl_apply_f_rbac_installs() {
         file_names(NAMESPACED),
         BTreeSet::from([
             "cluster-role-access-review.yaml".to_string(),
-            "leader-election.yaml".into(),
             "watched-namespace.yaml".into(),
         ])
     );
     // `kubectl apply -f rbac/` reads only the files directly in rbac/ (no -R), and
-    // `kubectl apply -k deploy/` only what rbac/Kustomization lists.
+    // `kubectl apply -k deploy/` only what rbac/Kustomization lists: of the Roles, only the
+    // leader-election one in the operator's namespace.
     assert!(
         objects("rbac")
             .iter()
-            .all(|o| o["kind"] != "Role" && o["kind"] != "RoleBinding")
+            .filter(|o| o["kind"] == "Role" || o["kind"] == "RoleBinding")
+            .all(|o| o["metadata"]["namespace"] == NAMESPACE
+                && o["metadata"]["name"] == "browser-controller-leader-election")
     );
     assert!(
         kustomization("rbac")
@@ -287,19 +319,6 @@ fn namespaced_roles_split_the_cluster_roles_rules_by_scope() {
     assert!(in_namespace.is_subset(&cluster_role));
     assert_binds_to_the_service_account(&one(&watched, "RoleBinding"), &role);
 
-    let leader = namespaced("leader-election.yaml");
-    assert_eq!(leader.len(), 2);
-    let role = one(&leader, "Role");
-    assert_eq!(role["metadata"]["namespace"], NAMESPACE);
-    let mut expected: BTreeSet<Triple> = leases().into_iter().collect();
-    expected.extend(triples(
-        &["", "events.k8s.io"],
-        &["events"],
-        &["create", "patch"],
-    ));
-    assert_same(&granted(&role), &expected, "leader-election Role");
-    assert_binds_to_the_service_account(&one(&leader, "RoleBinding"), &role);
-
     let review = namespaced("cluster-role-access-review.yaml");
     assert_eq!(review.len(), 2);
     let role = one(&review, "ClusterRole");
@@ -313,9 +332,9 @@ fn namespaced_roles_split_the_cluster_roles_rules_by_scope() {
     assert!(binding["metadata"].get("namespace").is_none());
     assert_binds_to_the_service_account(&binding, &role);
 
-    // Together they grant what the ClusterRole grants, nothing more.
+    // Together they grant what the ClusterRole grants, nothing more (the Lease's Role in
+    // rbac/ serves both modes).
     let mut union = in_namespace;
-    union.extend(expected);
     union.extend(access_review());
     assert_same(&union, &cluster_role, "namespaced RBAC");
 }
@@ -361,15 +380,11 @@ fn the_roles_cover_everything_the_start_up_check_asks_for() {
             );
         }
     }
-    let lease_role = granted(&one(&namespaced("leader-election.yaml"), "Role"));
+    let lease_role = granted(&the("Role"));
     for access in permissions::lease(NAMESPACE) {
         assert!(
             lease_role.contains(&as_triple(&access)),
             "leader-election Role lacks {access}"
-        );
-        assert!(
-            cluster_wide.contains(&as_triple(&access)),
-            "ClusterRole lacks {access}"
         );
     }
 }
@@ -419,17 +434,14 @@ fn deployment_is_hardened_and_probed() {
         json!([
             "--metrics-addr=:8080",
             "--health-probe-bind-address=:8081",
-            "--enable-leader-election"
+            "--enable-leader-election",
+            "--shutdown-timeout=25s",
+            "--log-format=json"
         ])
     );
-    let args: Vec<String> = container["args"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| a.as_str().unwrap().to_string())
-        .collect();
-    let cli = Cli::try_parse_from(std::iter::once(NAME.to_string()).chain(args)).unwrap();
+    let cli = deployed_cli(&deployment);
     assert!(cli.command.is_none() && cli.run.enable_leader_election);
+    assert_eq!(cli.run.log_format, LogFormat::Json);
     assert!(container["env"].as_array().unwrap().contains(&json!({
         "name": "POD_NAMESPACE",
         "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}
@@ -470,6 +482,37 @@ fn deployment_is_hardened_and_probed() {
         })
         .collect();
     assert_eq!(ports, [("metrics", 8080), ("health", 8081)]);
+}
+
+/// The operator's flags as the Deployment passes them.
+fn deployed_cli(deployment: &Value) -> Cli {
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    let args: Vec<String> = container["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_string())
+        .collect();
+    Cli::try_parse_from(std::iter::once(NAME.to_string()).chain(args)).unwrap()
+}
+
+#[test]
+fn the_grace_period_outlasts_a_graceful_stop() {
+    let deployment = the("Deployment");
+    let run = deployed_cli(&deployment).run;
+    // A stop: in-flight reconciles for --shutdown-timeout, then the Lease release, bounded by
+    // the renew deadline.
+    let mut stop = run.shutdown_timeout;
+    if run.enable_leader_election {
+        stop += run.leader_election_renew_deadline;
+    }
+    let grace = deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+        .as_u64()
+        .expect("terminationGracePeriodSeconds is set");
+    assert!(
+        std::time::Duration::from_secs(grace) > stop,
+        "terminationGracePeriodSeconds {grace} does not outlast a stop of {stop:?}"
+    );
 }
 
 #[test]
@@ -549,4 +592,41 @@ fn kustomizations_cover_what_kubectl_apply_f_covers() {
     let mut expected = vec!["../crds".to_string(), "../rbac".to_string()];
     expected.extend(file_names("deploy"));
     assert_eq!(kustomization("deploy"), expected);
+}
+
+/// Verbs of a cell of deploy/HELM-VALUES.md: `get, create, patch`, possibly followed by an
+/// explanation after `:` or `(`; `—` for none.
+fn verbs_of_cell(cell: &str) -> BTreeSet<String> {
+    let list = cell.split([':', '(']).next().unwrap_or_default().trim();
+    if list == "—" {
+        return BTreeSet::new();
+    }
+    list.split(',').map(|v| v.trim().to_string()).collect()
+}
+
+#[test]
+fn helm_values_table_states_the_verbs_rbac_grants() {
+    let text = std::fs::read_to_string(repo().join("deploy/HELM-VALUES.md")).unwrap();
+    // What rbac/ grants the operator in all: the ClusterRole and the Lease's Role.
+    let mut granted_all = granted(&the("ClusterRole"));
+    granted_all.extend(granted(&the("Role")));
+    let mut rows = 0;
+    for line in text.lines().filter(|l| l.starts_with("| `")) {
+        let cells: Vec<&str> = line.trim_matches('|').split('|').map(str::trim).collect();
+        let names: Vec<&str> = cells[0]
+            .split('`')
+            .filter(|s| !s.trim().is_empty())
+            .collect();
+        let group = if names[0] == "\"\"" { "" } else { names[0] };
+        let resource = names[1];
+        let needs = verbs_of_cell(cells[2]);
+        let grants: BTreeSet<String> = granted_all
+            .iter()
+            .filter(|(g, r, _)| g == group && r == resource)
+            .map(|(_, _, v)| v.clone())
+            .collect();
+        assert_eq!(needs, grants, "{group}/{resource}: HELM-VALUES.md vs rbac/");
+        rows += 1;
+    }
+    assert!(rows >= 10, "the table was not found: {rows} rows");
 }

@@ -375,14 +375,16 @@ async fn only_the_holder_reconciles_and_a_released_lease_is_taken_over_at_once()
     assert_lease_verbs_are_granted(&cluster.server);
 }
 
-/// Every verb the replicas used on Leases is one `rbac/cluster-role.yaml` grants.
+/// Every verb the replicas used on Leases is one the Lease's Role (`rbac/leader-election.yaml`)
+/// grants.
 fn assert_lease_verbs_are_granted(server: &ApiServer) {
-    let role = browser_controller::manifest::read_file(std::path::Path::new(concat!(
+    let docs = browser_controller::manifest::read_file(std::path::Path::new(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/rbac/cluster-role.yaml"
+        "/rbac/leader-election.yaml"
     )))
     .unwrap();
-    let granted: Vec<&str> = role[0]["rules"]
+    let role = docs.iter().find(|d| d["kind"] == "Role").unwrap();
+    let granted: Vec<&str> = role["rules"]
         .as_array()
         .unwrap()
         .iter()

@@ -425,6 +425,56 @@ async fn a_valid_config_reports_valid_and_ready_with_its_generation() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quota_refusing_the_dry_run_leaves_validity_unknown_with_one_event_and_backoff() {
+    let env = start(&[]).await;
+    // A ResourceQuota of `pods: 0`: admission forbids even a dry-run create.
+    let quota = "exceeded quota: zero, requested: pods=1, used: pods=0, limited: pods=0";
+    env.server.inject(Fault::new(
+        "create",
+        "pods",
+        403,
+        "Forbidden",
+        &format!("pods \"browserconfig-dry-run\" is forbidden: {quota}"),
+    ));
+    env.chrome_config().await;
+    let refused_dry_runs = |e: &Env| {
+        e.server
+            .requests()
+            .iter()
+            .filter(|r| r.resource == "pods" && r.dry_run && r.status == 403)
+            .count()
+    };
+    // The first attempt, and a retry after the first wait (5s), both refused.
+    env.until("two refused dry runs", |e| refused_dry_runs(e) >= 2)
+        .await;
+    let conditions = env.judged_conditions("chrome").await;
+    let valid = condition(&conditions, "Valid").unwrap();
+    assert_eq!(valid["status"], "Unknown", "{valid}");
+    assert_eq!(valid["reason"], "ValidationRefused", "{valid}");
+    let message = valid["message"].as_str().unwrap();
+    assert!(message.contains("validity is unknown"), "{message}");
+    assert!(message.contains(quota), "{message}");
+    // Browsers still use the config: its entries are fine as far as anyone can tell.
+    assert_eq!(condition(&conditions, "Ready").unwrap()["status"], "True");
+    // Retried with backoff, not in a loop.
+    assert!(refused_dry_runs(&env) <= 3, "{}", refused_dry_runs(&env));
+    let notes = env.warnings("chrome", "ValidationRefused");
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(notes[0].contains(quota), "{notes:?}");
+
+    // The quota goes: the next attempt (10s after the second) judges the config.
+    env.server.clear_faults();
+    env.until("the config judged valid", |e| {
+        e.server
+            .get("browserconfigs", NS, "chrome")
+            .and_then(|c| c["status"]["conditions"].as_array().cloned())
+            .is_some_and(|cs| condition(&cs, "Valid").is_some_and(|v| v["status"] == "True"))
+    })
+    .await;
+    assert_eq!(env.warnings("chrome", "ValidationRefused").len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_younger_config_defining_the_same_entry_reports_a_conflict_naming_the_winner() {
     let env = start(&[]).await;
     env.chrome_config().await;

@@ -8,7 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use browser_controller::api::crd::{self, Layout};
-use support::apiserver::ApiServer;
+use support::apiserver::{ApiServer, Fault};
 use support::host::{self, TempDir, free_port, http_get};
 
 const BIN: &str = env!("CARGO_BIN_EXE_browser-controller");
@@ -48,17 +48,24 @@ fn wait_exit(child: &mut Child, log: &std::path::Path) -> (i32, String) {
 /// Runs the binary against `server` (served over loopback) with quiet logs and `flags`, and
 /// waits for it to exit: (exit code, stderr).
 async fn run_to_exit(server: &ApiServer, tag: &str, flags: &[&str]) -> (i32, String) {
+    let mut all = vec!["--log-level=off"];
+    all.extend_from_slice(flags);
+    run_logging_to_exit(server, tag, &all).await
+}
+
+/// Like [`run_to_exit`], with the log flags among `flags`.
+async fn run_logging_to_exit(server: &ApiServer, tag: &str, flags: &[&str]) -> (i32, String) {
     let served = server.serve().await.unwrap();
     let dir = TempDir::new(tag);
     let kubeconfig = dir.join("kubeconfig");
     served.write_kubeconfig(&kubeconfig).unwrap();
-    let mut args = vec![
-        "--metrics-addr=0",
-        "--health-probe-bind-address=0",
-        "--log-level=off",
-    ];
+    run_kubeconfig_to_exit(&kubeconfig, flags).await
+}
+
+async fn run_kubeconfig_to_exit(kubeconfig: &std::path::Path, flags: &[&str]) -> (i32, String) {
+    let mut args = vec!["--metrics-addr=0", "--health-probe-bind-address=0"];
     args.extend_from_slice(flags);
-    let mut child = spawn(&kubeconfig, &args);
+    let mut child = spawn(kubeconfig, &args);
     let log = kubeconfig.with_extension("log");
     tokio::task::spawn_blocking(move || wait_exit(&mut child, &log))
         .await
@@ -180,4 +187,103 @@ async fn a_missing_permission_exits_non_zero_naming_it() {
         "{:?}",
         server.requests()
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn text_logs_to_a_file_have_no_colour_codes_and_a_fatal_error_shows_once() {
+    let server = ApiServer::new();
+    let (code, stderr) = run_logging_to_exit(&server, "textlog", &["--log-level=info"]).await;
+    assert_ne!(code, 0);
+    assert!(
+        !stderr.contains('\u{1b}'),
+        "colour codes in a file: {stderr:?}"
+    );
+    assert_eq!(
+        stderr.matches("kubectl apply -f crds/").count(),
+        1,
+        "{stderr}"
+    );
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with(
+            "browser-controller: the Browser CustomResourceDefinition is not installed"
+        ),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_json_logs_a_fatal_error_is_one_json_record() {
+    let server = ApiServer::new();
+    let (code, stderr) = run_logging_to_exit(
+        &server,
+        "jsonlog",
+        &["--log-format=json", "--log-level=info"],
+    )
+    .await;
+    assert_ne!(code, 0);
+    let records: Vec<serde_json::Value> = stderr
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|_| panic!("not JSON: {line}")))
+        .collect();
+    let errors: Vec<&serde_json::Value> =
+        records.iter().filter(|r| r["level"] == "ERROR").collect();
+    assert_eq!(errors.len(), 1, "{stderr}");
+    let error = errors[0]["fields"]["error"].as_str().unwrap_or_default();
+    assert!(error.contains("kubectl apply -f crds/"), "{stderr}");
+    assert_eq!(
+        stderr.matches("kubectl apply -f crds/").count(),
+        1,
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_api_error_shows_the_servers_message_code_and_reason() {
+    let server = ApiServer::new();
+    for crd in crd::crds(Layout::Default) {
+        server.install_crd(&crd).unwrap();
+    }
+    server.inject(Fault::new(
+        "create",
+        "selfsubjectaccessreviews",
+        500,
+        "InternalError",
+        "etcdserver: request timed out",
+    ));
+    let (code, stderr) = run_to_exit(&server, "apierror", &[]).await;
+    assert_ne!(code, 0);
+    assert!(
+        stderr.contains("failed: etcdserver: request timed out (500 InternalError)"),
+        "{stderr}"
+    );
+    for dump in ["Status {", "shard_info", "ApiError:"] {
+        assert!(!stderr.contains(dump), "{dump} in {stderr}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_api_server_is_named_with_the_cause() {
+    let dir = TempDir::new("unreachable");
+    let kubeconfig = dir.join("kubeconfig");
+    // A port nobody listens on: the connection is refused.
+    let url = format!("http://127.0.0.1:{}", free_port());
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {url}\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\nusers:\n- name: u\n  user: {{}}\n"
+        ),
+    )
+    .unwrap();
+    let (code, stderr) = run_kubeconfig_to_exit(&kubeconfig, &["--log-level=off"]).await;
+    assert_ne!(code, 0);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.starts_with(&format!(
+            "browser-controller: cannot reach the Kubernetes API server at {url}/: "
+        )),
+        "{stderr}"
+    );
+    assert!(stderr.contains("Connection refused"), "{stderr}");
+    assert!(!stderr.contains("ServiceError"), "{stderr}");
 }

@@ -255,3 +255,39 @@ fn crds_prints_the_definitions() {
     assert!(names.contains(&"browsers.selenosis.io"), "{names:?}");
     assert!(names.contains(&"browserconfigs.selenosis.io"), "{names:?}");
 }
+
+#[test]
+fn a_version_yaml_reads_as_a_number_gets_the_operators_message() {
+    let config = chrome_config();
+    let browser = TempPath::file(
+        "browser.yaml",
+        &testdata("browsers/chrome.yaml").replace("\"139.0\"", "139.0"),
+    );
+    let line = failure_line(&render(config.as_str(), browser.as_str(), &[]));
+    assert_eq!(
+        line,
+        format!(
+            "{PREFIX}InvalidSpec: invalid Browser spec: spec.browserVersion must be a string, got the number 139.0; quote it (\"139.0\") so it is read exactly as written"
+        )
+    );
+}
+
+#[test]
+fn configs_of_another_namespace_are_named_with_the_browsers() {
+    let config = chrome_config();
+    let browser = TempPath::file(
+        "browser.yaml",
+        &testdata("browsers/chrome.yaml").replace("namespace: selenosis", "namespace: team-a"),
+    );
+    let line = failure_line(&render(config.as_str(), browser.as_str(), &[]));
+    assert!(
+        line.starts_with(&format!("{PREFIX}Browser configuration not found")),
+        "{line}"
+    );
+    assert!(
+        line.ends_with(
+            "(the given BrowserConfigs are in namespace selenosis, the Browser is in namespace team-a: a Browser uses only the BrowserConfigs of its own namespace)"
+        ),
+        "{line}"
+    );
+}

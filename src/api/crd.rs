@@ -280,8 +280,16 @@ fn browser_crd(layout: Layout) -> Value {
 }
 
 fn browserconfig_crd(layout: Layout) -> Value {
+    // Valid and Ready differ while validity is unknown (the cluster could not judge the pods).
     let columns = json!([
-        {"name": "Version", "type": "string", "jsonPath": ".status.version"},
+        {"name": "Valid", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Valid\")].status",
+         "description": "Whether every entry renders a pod the cluster accepts"},
+        {"name": "Ready", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Ready\")].status",
+         "description": "Whether the configuration is in use for new Browsers"},
+        {"name": "Entries", "type": "integer", "jsonPath": ".status.entries",
+         "description": "Browser version entries, `*` entries included"},
+        {"name": "SpecHash", "type": "string", "jsonPath": ".status.version", "priority": 1,
+         "description": "Hash of the spec the status was computed from"},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     ]);
     crd(
@@ -652,8 +660,10 @@ mod types {
     #[derive(JsonSchema)]
     #[schemars(rename_all = "camelCase")]
     pub(super) struct BrowserConfigStatus {
-        /// Identifier of the effective configuration.
+        /// Identifier of the effective configuration: a hash of the spec.
         version: Option<String>,
+        /// Number of browser version entries in spec.browsers, `*` entries included.
+        entries: Option<i64>,
         /// When the status last changed.
         #[schemars(extend("format" = "date-time"))]
         last_updated: Option<String>,
@@ -1152,20 +1162,53 @@ mod tests {
         let status = &root_schema(&crd)["properties"]["status"];
         assert_eq!(
             keys_of(status),
-            ["version", "lastUpdated", "observedGeneration", "conditions"]
+            [
+                "version",
+                "entries",
+                "lastUpdated",
+                "observedGeneration",
+                "conditions"
+            ]
         );
+        assert_eq!(status["properties"]["entries"]["type"], "integer");
         assert_eq!(status["properties"]["lastUpdated"]["format"], "date-time");
         assert_eq!(
             status["properties"]["conditions"]["x-kubernetes-list-type"],
             "map"
         );
-        let columns: Vec<&str> = version(&crd)["additionalPrinterColumns"]
+        let columns: Vec<(&str, &str, &str, i64)> = version(&crd)["additionalPrinterColumns"]
             .as_array()
             .unwrap()
             .iter()
-            .map(|c| c["jsonPath"].as_str().unwrap())
+            .map(|c| {
+                (
+                    c["name"].as_str().unwrap(),
+                    c["type"].as_str().unwrap(),
+                    c["jsonPath"].as_str().unwrap(),
+                    c["priority"].as_i64().unwrap_or(0),
+                )
+            })
             .collect();
-        assert_eq!(columns, [".status.version", ".metadata.creationTimestamp"]);
+        assert_eq!(
+            columns,
+            [
+                (
+                    "Valid",
+                    "string",
+                    ".status.conditions[?(@.type==\"Valid\")].status",
+                    0
+                ),
+                (
+                    "Ready",
+                    "string",
+                    ".status.conditions[?(@.type==\"Ready\")].status",
+                    0
+                ),
+                ("Entries", "integer", ".status.entries", 0),
+                ("SpecHash", "string", ".status.version", 1),
+                ("Age", "date", ".metadata.creationTimestamp", 0),
+            ]
+        );
         assert_eq!(crd["metadata"]["name"], "browserconfigs.selenosis.io");
         assert_eq!(crd["spec"]["names"]["shortNames"], json!(["brwcfg"]));
     }

@@ -6,6 +6,7 @@ use kube::Client;
 use kube::core::ApiResource;
 use kube::discovery;
 
+use super::error::describe;
 use super::keys;
 
 /// The resolved kinds the operator works with.
@@ -26,7 +27,7 @@ pub enum DiscoveryError {
         kind: &'static str,
         looked_for: String,
     },
-    #[error("API discovery of group {group} failed: {source}")]
+    #[error("API discovery of group {group} failed: {}", describe(.source))]
     Api {
         group: String,
         #[source]

@@ -3,5 +3,6 @@
 
 pub mod crd;
 pub mod discovery;
+pub mod error;
 pub mod keys;
 pub mod openapi;

@@ -11,6 +11,7 @@ use serde_json::Value;
 use tokio::sync::{Mutex, watch};
 use tracing::{info, warn};
 
+use super::error::describe;
 use crate::pod::schema::{PodSchema, SchemaError};
 
 /// How long one attempt to read the schema may take (the v2 document is megabytes).
@@ -27,7 +28,7 @@ pub fn is_unknown_field_rejection(message: &str) -> bool {
 /// Why no Pod schema could be read.
 #[derive(Debug, thiserror::Error)]
 pub enum FetchError {
-    #[error("GET {path}: {source}")]
+    #[error("GET {path}: {}", describe(.source))]
     Request {
         path: String,
         #[source]

@@ -1,9 +1,9 @@
 //! BrowserConfig status (docs/behaviour.md, "BrowserConfig validation and status"): `version`,
-//! `lastUpdated`, `observedGeneration` and the `Valid` / `Ready` / `PodFieldsRemoved` /
-//! `Conflict` conditions, derived from the local validation, the cluster's dry-run verdicts,
-//! the fields removed from the pods because the cluster's Pod schema lacks them, and the
-//! conflicts with other configs. Pure: times and verdicts come in, a status comes out,
-//! identical inputs give an identical status.
+//! `entries`, `lastUpdated`, `observedGeneration` and the `Valid` / `Ready` /
+//! `PodFieldsRemoved` / `Conflict` conditions, derived from the local validation, the cluster's
+//! dry-run verdicts (or its refusal to judge), the fields removed from the pods because the
+//! cluster's Pod schema lacks them, and the conflicts with other configs. Pure: times and
+//! verdicts come in, a status comes out, identical inputs give an identical status.
 
 use jiff::Timestamp;
 use serde_json::{Value, json};
@@ -18,6 +18,9 @@ pub struct DryRun {
     pub version: String,
     /// `None` when the API server accepted the pod.
     pub rejection: Option<String>,
+    /// The API server refused to judge the pod (a ResourceQuota or policy forbade even the
+    /// dry run): the entry's validity is unknown.
+    pub refusal: Option<String>,
     /// Paths removed from the pod because the cluster's Pod schema does not declare them.
     pub removed: Vec<String>,
 }
@@ -32,6 +35,17 @@ pub fn version_of(spec: &Value) -> String {
         hash = hash.wrapping_mul(0x0100_0000_01b3);
     }
     format!("{hash:016x}")
+}
+
+/// Number of version entries in `spec.browsers`, `*` entries included (`kubectl get` shows it).
+pub fn entries_of(spec: &Value) -> usize {
+    spec.get("browsers")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flat_map(|browsers| browsers.values())
+        .filter_map(Value::as_object)
+        .map(serde_json::Map::len)
+        .sum()
 }
 
 fn entry_name(browser: &str, version: &str) -> String {
@@ -63,6 +77,18 @@ pub fn problems(reports: &[EntryReport], dry_runs: &[DryRun]) -> Vec<String> {
     out
 }
 
+/// Per-entry refusals of the cluster to judge a pod, in entry order.
+pub fn refusals(dry_runs: &[DryRun]) -> Vec<String> {
+    dry_runs
+        .iter()
+        .filter_map(|d| {
+            d.refusal
+                .as_ref()
+                .map(|msg| format!("{}: {msg}", entry_name(&d.browser, &d.version)))
+        })
+        .collect()
+}
+
 /// Per-entry fields removed from the pods, in entry order, e.g.
 /// `chrome 139.0: spec.initContainers[seleniferous].restartPolicy`.
 pub fn removed_fields(dry_runs: &[DryRun]) -> Vec<String> {
@@ -79,15 +105,17 @@ pub fn removed_fields(dry_runs: &[DryRun]) -> Vec<String> {
         .collect()
 }
 
+/// Reason of the `Valid` condition while the cluster refuses to judge the pods.
+pub const VALIDATION_REFUSED: &str = "ValidationRefused";
+
 fn condition(
     current: &Value,
     kind: &str,
-    ok: bool,
+    status: &str,
     reason: &str,
     message: &str,
     now: Timestamp,
 ) -> Value {
-    let status = if ok { "True" } else { "False" };
     let previous = current
         .get("conditions")
         .and_then(Value::as_array)
@@ -112,6 +140,8 @@ fn condition(
 pub struct Findings<'a> {
     /// Per-entry problems ([`problems`]).
     pub problems: &'a [String],
+    /// Per-entry refusals to judge ([`refusals`]).
+    pub refusals: &'a [String],
     /// Per-entry fields removed from the pods ([`removed_fields`]).
     pub removed: &'a [String],
     pub conflicts: &'a [Conflict],
@@ -127,6 +157,7 @@ pub fn status(
 ) -> Value {
     let Findings {
         problems,
+        refusals,
         removed,
         conflicts,
     } = findings;
@@ -139,10 +170,29 @@ pub fn status(
         _ => json!(now.to_string()),
     };
     let valid = problems.is_empty();
-    let valid_message = if valid {
-        "every entry renders a pod the cluster accepts".to_string()
+    // Known problems outweigh entries the cluster would not judge.
+    let (valid_status, valid_reason, valid_message) = if !valid {
+        let mut message = problems.join(" | ");
+        if !refusals.is_empty() {
+            message.push_str(" | the cluster refused to validate the pods of: ");
+            message.push_str(&refusals.join(" | "));
+        }
+        ("False", "InvalidEntries", message)
+    } else if !refusals.is_empty() {
+        (
+            "Unknown",
+            VALIDATION_REFUSED,
+            format!(
+                "the cluster refused to validate the pods of these entries, so their validity is unknown (checked again with backoff): {}",
+                refusals.join(" | ")
+            ),
+        )
     } else {
-        problems.join(" | ")
+        (
+            "True",
+            "Valid",
+            "every entry renders a pod the cluster accepts".to_string(),
+        )
     };
     let conflict_message = conflicts
         .iter()
@@ -158,15 +208,15 @@ pub fn status(
         condition(
             current,
             "Valid",
-            valid,
-            if valid { "Valid" } else { "InvalidEntries" },
+            valid_status,
+            valid_reason,
             &valid_message,
             now,
         ),
         condition(
             current,
             "Ready",
-            valid,
+            if valid { "True" } else { "False" },
             if valid { "Ready" } else { "InvalidEntries" },
             if valid {
                 "configuration in use"
@@ -180,7 +230,7 @@ pub fn status(
         conditions.push(condition(
             current,
             "PodFieldsRemoved",
-            true,
+            "True",
             "UnknownPodFields",
             &format!(
                 "the cluster's Pod schema does not declare these fields, so they are removed from the pods: {}",
@@ -193,7 +243,7 @@ pub fn status(
         conditions.push(condition(
             current,
             "Conflict",
-            true,
+            "True",
             "DuplicateEntries",
             &conflict_message,
             now,
@@ -201,6 +251,7 @@ pub fn status(
     }
     let mut status = json!({
         "version": version,
+        "entries": entries_of(spec),
         "lastUpdated": last_updated,
         "conditions": conditions,
     });
@@ -224,6 +275,19 @@ mod tests {
         let b = json!({"browsers": {"chrome": {"1": {"image": "b"}}}});
         assert_eq!(version_of(&a), version_of(&a.clone()));
         assert_ne!(version_of(&a), version_of(&b));
+    }
+
+    #[test]
+    fn entries_count_every_version_of_every_browser() {
+        let spec = json!({"browsers": {
+            "chrome": {"138.0": {}, "139.0": {}},
+            "firefox": {"*": {"image": "f:{version}"}, "115.0": {}},
+            "broken": "not an object",
+        }});
+        assert_eq!(entries_of(&spec), 4);
+        let s = status(&Value::Null, &spec, None, Findings::default(), now());
+        assert_eq!(s["entries"], 4);
+        assert_eq!(entries_of(&json!({})), 0);
     }
 
     #[test]
@@ -253,6 +317,7 @@ mod tests {
             rejection: Some(
                 "Pod \"x\" is invalid: spec.containers[0].image: Required value".into(),
             ),
+            refusal: None,
             removed: Vec::new(),
         }];
         let p = problems(&reports, &dry);
@@ -271,6 +336,47 @@ mod tests {
                 .unwrap()
                 .contains("firefox 2")
         );
+    }
+
+    #[test]
+    fn a_refused_validation_leaves_validity_unknown_but_the_config_in_use() {
+        let runs = [DryRun {
+            browser: "chrome".into(),
+            version: "139.0".into(),
+            rejection: None,
+            refusal: Some("pods \"x\" is forbidden: exceeded quota: q".into()),
+            removed: Vec::new(),
+        }];
+        let refused = refusals(&runs);
+        assert_eq!(
+            refused,
+            ["chrome 139.0: pods \"x\" is forbidden: exceeded quota: q"]
+        );
+        let findings = Findings {
+            refusals: &refused,
+            ..Findings::default()
+        };
+        let s = status(&Value::Null, &json!({}), None, findings, now());
+        let valid = &s["conditions"][0];
+        assert_eq!(valid["status"], "Unknown");
+        assert_eq!(valid["reason"], VALIDATION_REFUSED);
+        let message = valid["message"].as_str().unwrap();
+        assert!(message.contains("validity is unknown"), "{message}");
+        assert!(message.ends_with(&refused[0]), "{message}");
+        assert_eq!(s["conditions"][1]["type"], "Ready");
+        assert_eq!(s["conditions"][1]["status"], "True");
+        // Known problems win over refusals.
+        let problems = ["firefox 1: image is required".to_string()];
+        let findings = Findings {
+            problems: &problems,
+            refusals: &refused,
+            ..Findings::default()
+        };
+        let s = status(&Value::Null, &json!({}), None, findings, now());
+        assert_eq!(s["conditions"][0]["status"], "False");
+        let message = s["conditions"][0]["message"].as_str().unwrap();
+        assert!(message.starts_with(&problems[0]), "{message}");
+        assert!(message.ends_with(&refused[0]), "{message}");
     }
 
     #[test]
@@ -319,6 +425,7 @@ mod tests {
                 browser: "chrome".into(),
                 version: "139.0".into(),
                 rejection: None,
+                refusal: None,
                 removed: vec![
                     "spec.initContainers[seleniferous].restartPolicy".into(),
                     "spec.containers[browser].resources.claims".into(),
@@ -328,6 +435,7 @@ mod tests {
                 browser: "firefox".into(),
                 version: "1".into(),
                 rejection: None,
+                refusal: None,
                 removed: Vec::new(),
             },
         ];

@@ -27,6 +27,7 @@ use kube::{Client, ResourceExt};
 use tracing::{debug, info, warn};
 
 use crate::api::discovery::Kinds;
+use crate::api::error::describe;
 use crate::api::keys;
 use crate::api::openapi::PodSchemas;
 use crate::config_controller::Verdicts;
@@ -42,7 +43,7 @@ use watch::WatchHealth;
 pub enum ReconcileError {
     #[error(transparent)]
     Execute(#[from] ExecuteError),
-    #[error("reading pod {name}: {source}")]
+    #[error("reading pod {name}: {}", describe(.source))]
     ReadPod {
         name: String,
         #[source]

@@ -241,6 +241,23 @@ pub fn spec_field<'a>(browser: &'a DynamicObject, field: &str) -> Result<&'a str
     }
 }
 
+/// The Browser's name and version, or the `InvalidSpec` failure saying what is wrong with them.
+pub fn browser_spec(browser: &DynamicObject) -> Result<(&str, &str), Failure> {
+    match (
+        spec_field(browser, "browserName"),
+        spec_field(browser, "browserVersion"),
+    ) {
+        (Ok(n), Ok(v)) => Ok((n, v)),
+        (n, v) => {
+            let problems: Vec<String> = [n.err(), v.err()].into_iter().flatten().collect();
+            Err(Failure::new(
+                "InvalidSpec",
+                format!("invalid Browser spec: {}", problems.join("; ")),
+            ))
+        }
+    }
+}
+
 fn json_type(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
@@ -289,17 +306,9 @@ pub fn decide(obs: &Observed, settings: &Settings, creation: impl FnOnce() -> Po
         return terminal(obs, settings);
     }
     let mut plan = Plan::default();
-    let (name, version) = match (
-        spec_field(obs.browser, "browserName"),
-        spec_field(obs.browser, "browserVersion"),
-    ) {
-        (Ok(n), Ok(v)) => (n, v),
-        (n, v) => {
-            let problems: Vec<String> = [n.err(), v.err()].into_iter().flatten().collect();
-            let failure = Failure::new(
-                "InvalidSpec",
-                format!("invalid Browser spec: {}", problems.join("; ")),
-            );
+    let (name, version) = match browser_spec(obs.browser) {
+        Ok(spec) => spec,
+        Err(failure) => {
             fail(&mut plan, obs, settings, failure, Some(0));
             return plan;
         }

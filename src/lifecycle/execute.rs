@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 
 use super::decide::{Event, Plan, PodAdoption, PodDelete, holds_finalizer};
 use super::status::Failure;
+use crate::api::error::describe;
 use crate::api::keys;
 use crate::api::openapi::is_unknown_field_rejection;
 use crate::metrics::{self, Metrics, Stage};
@@ -20,7 +21,7 @@ const CREATE_ONLY: &str = "1";
 /// Why executing a plan failed; the reconcile is retried with backoff.
 #[derive(Debug, thiserror::Error)]
 pub enum ExecuteError {
-    #[error("{action} failed: {source}")]
+    #[error("{action} failed: {}", describe(.source))]
     Api {
         action: &'static str,
         #[source]

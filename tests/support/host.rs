@@ -2,7 +2,7 @@
 //! a plain HTTP GET, polling, and child processes that die with the test binary.
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::{IpAddr, TcpListener, TcpStream};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
@@ -70,7 +70,12 @@ pub fn free_port() -> u16 {
 
 /// A plain HTTP/1.1 GET on loopback; returns the whole response, head and body.
 pub fn http_response(port: u16, path: &str) -> Option<String> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    http_response_at(IpAddr::from([127, 0, 0, 1]), port, path)
+}
+
+/// A plain HTTP/1.1 GET to `ip`; returns the whole response, head and body.
+pub fn http_response_at(ip: IpAddr, port: u16, path: &str) -> Option<String> {
+    let mut stream = TcpStream::connect((ip, port)).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
     write!(
         stream,
@@ -84,7 +89,12 @@ pub fn http_response(port: u16, path: &str) -> Option<String> {
 
 /// A plain HTTP/1.1 GET on loopback; returns (status, body).
 pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
-    let response = http_response(port, path)?;
+    http_get_at(IpAddr::from([127, 0, 0, 1]), port, path)
+}
+
+/// A plain HTTP/1.1 GET to `ip`; returns (status, body).
+pub fn http_get_at(ip: IpAddr, port: u16, path: &str) -> Option<(u16, String)> {
+    let response = http_response_at(ip, port, path)?;
     let status = response.split_whitespace().nth(1)?.parse().ok()?;
     let body = response.split_once("\r\n\r\n")?.1.to_string();
     Some((status, body))

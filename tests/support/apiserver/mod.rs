@@ -10,13 +10,17 @@
 //! Tables for custom resources (`kubectl get`) and core/v1 Events as a read-only view of
 //! events.k8s.io/v1 Events (`kubectl describe`) are served too.
 //!
-//! Not emulated: authentication, RBAC (only `SelfSubjectAccessReview` answers), admission
-//! beyond pod defaults, CRD schema validation, garbage collection (like envtest), pagination
-//! (`limit`/`continue` return everything).
+//! RBAC applies to impersonated requests (`Impersonate-User`, a kubeconfig's `as:`): the stored
+//! Roles, ClusterRoles and bindings decide, for the requests and for their
+//! `SelfSubjectAccessReview`s. Requests without impersonation are the admin's.
+//!
+//! Not emulated: authentication, admission beyond pod defaults, CRD schema validation, garbage
+//! collection (like envtest), pagination (`limit`/`continue` return everything).
 
 mod apply;
 mod error;
 mod openapi;
+mod rbac;
 mod resources;
 mod routes;
 mod selector;
@@ -409,8 +413,22 @@ impl ServeHandle {
 
     /// Writes a kubeconfig pointing at this server (plain HTTP, no credentials).
     pub fn write_kubeconfig(&self, path: &Path) -> std::io::Result<()> {
+        self.write_kubeconfig_as(path, None)
+    }
+
+    /// Like [`ServeHandle::write_kubeconfig`]; with `impersonate`, requests act as that user
+    /// and RBAC applies to them.
+    pub fn write_kubeconfig_as(
+        &self,
+        path: &Path,
+        impersonate: Option<&str>,
+    ) -> std::io::Result<()> {
+        let user = match impersonate {
+            Some(name) => format!("\n    as: \"{name}\""),
+            None => " {}".to_string(),
+        };
         let config = format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: double\n  cluster:\n    server: {}\ncontexts:\n- name: double\n  context:\n    cluster: double\n    user: double\n    namespace: default\ncurrent-context: double\nusers:\n- name: double\n  user: {{}}\n",
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: double\n  cluster:\n    server: {}\ncontexts:\n- name: double\n  context:\n    cluster: double\n    user: double\n    namespace: default\ncurrent-context: double\nusers:\n- name: double\n  user:{user}\n",
             self.url()
         );
         std::fs::write(path, config)

@@ -204,6 +204,30 @@ pub fn builtins() -> Vec<ResourceDef> {
             .short(&["no"], &[]),
         ResourceDef::builtin("events.k8s.io", "v1", "events", "Event", true).short(&["ev"], &[]),
         ResourceDef::builtin("coordination.k8s.io", "v1", "leases", "Lease", true),
+        ResourceDef::builtin("", "v1", "serviceaccounts", "ServiceAccount", true)
+            .short(&["sa"], &[]),
+        ResourceDef::builtin("rbac.authorization.k8s.io", "v1", "roles", "Role", true),
+        ResourceDef::builtin(
+            "rbac.authorization.k8s.io",
+            "v1",
+            "rolebindings",
+            "RoleBinding",
+            true,
+        ),
+        ResourceDef::builtin(
+            "rbac.authorization.k8s.io",
+            "v1",
+            "clusterroles",
+            "ClusterRole",
+            false,
+        ),
+        ResourceDef::builtin(
+            "rbac.authorization.k8s.io",
+            "v1",
+            "clusterrolebindings",
+            "ClusterRoleBinding",
+            false,
+        ),
         ResourceDef::builtin(
             "authorization.k8s.io",
             "v1",

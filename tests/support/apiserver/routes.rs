@@ -12,6 +12,7 @@ use axum::response::Response;
 use serde_json::Value;
 
 use super::error::ApiError;
+use super::rbac::{self, User};
 use super::resources;
 use super::resources::Special;
 use super::selector::{FieldSelector, LabelSelector};
@@ -355,6 +356,10 @@ impl Incoming<'_> {
                 return e.into();
             }
         };
+        if let Err(e) = self.authorize(state, &call) {
+            self.record(state, Some(&call), e.code);
+            return e.into();
+        }
         let outcome = match self.fault(state, &call) {
             Some(e) => e.into(),
             None => match self.execute(state, &call) {
@@ -440,7 +445,41 @@ impl Incoming<'_> {
             manager: self.param("fieldManager").map(str::to_string),
             dry_run: self.param("dryRun") == Some("All"),
             force: self.flag("force"),
+            user: self.user(),
         }
+    }
+
+    /// The user of `Impersonate-User`; `None` for the admin.
+    fn user(&self) -> Option<User> {
+        self.headers
+            .get("impersonate-user")
+            .and_then(|v| v.to_str().ok())
+            .map(User::impersonated)
+    }
+
+    /// RBAC's verdict for an impersonated user; reviewing one's own access is always allowed.
+    fn authorize(&self, state: &State, call: &Call) -> Result<(), ApiError> {
+        let Some(user) = self.user() else {
+            return Ok(());
+        };
+        if call.target.def.special == Special::AccessReview {
+            return Ok(());
+        }
+        let resource = match &call.target.sub {
+            Some(sub) => format!("{}/{sub}", call.target.def.plural),
+            None => call.target.def.plural.clone(),
+        };
+        let request = rbac::Request {
+            verb: call.verb,
+            group: &call.target.def.group,
+            resource: &resource,
+            namespace: &call.target.ns,
+        };
+        if rbac::allows(state, &user, &request) {
+            return Ok(());
+        }
+        let message = rbac::forbidden_message(&user, &request, call.name.as_deref());
+        Err(ApiError::new(403, "Forbidden", message))
     }
 
     fn delete_opts(&self) -> Result<DeleteOpts, ApiError> {

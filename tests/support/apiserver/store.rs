@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 
 use super::apply::{self, Owner, Scope, Writer};
 use super::error::{ApiError, Cause};
+use super::rbac::{self, User};
 use super::resources::{self, ResKey, ResourceDef, Special};
 use super::validate;
 use super::watch::{self, Watcher};
@@ -78,6 +79,8 @@ pub struct WriteOpts {
     pub manager: Option<String>,
     pub dry_run: bool,
     pub force: bool,
+    /// The impersonated user the request acts as; `None` for the admin.
+    pub user: Option<User>,
 }
 
 /// `DeleteOptions` as far as the double honours them.
@@ -452,7 +455,7 @@ impl State {
         Self::check_types(t, &obj)?;
         Self::check_namespace(t, &obj)?;
         if t.def.special == Special::AccessReview {
-            return Ok(self.review_access(t, obj));
+            return Ok(self.review_access(t, obj, opts.user.as_ref()));
         }
         if !obj["metadata"].is_object() {
             obj["metadata"] = json!({});
@@ -605,8 +608,9 @@ impl State {
         Ok(Self::present(t, &obj))
     }
 
-    /// `SelfSubjectAccessReview`: allowed unless a denial rule matches; nothing is stored.
-    fn review_access(&self, t: &Target, mut body: Value) -> Value {
+    /// `SelfSubjectAccessReview`: allowed unless a denial rule matches or, for an
+    /// impersonated user, RBAC does not allow it; nothing is stored.
+    fn review_access(&self, t: &Target, mut body: Value, user: Option<&User>) -> Value {
         let attrs = &body["spec"]["resourceAttributes"];
         let field = |k: &str| attrs[k].as_str().unwrap_or("").to_string();
         let denied = self.denials.iter().any(|r| {
@@ -617,6 +621,18 @@ impl State {
                 &field("subresource"),
                 &field("namespace"),
             )
+        }) || user.is_some_and(|user| {
+            let resource = match field("subresource").as_str() {
+                "" => field("resource"),
+                sub => format!("{}/{sub}", field("resource")),
+            };
+            let request = rbac::Request {
+                verb: &field("verb"),
+                group: &field("group"),
+                resource: &resource,
+                namespace: &field("namespace"),
+            };
+            !rbac::allows(self, user, &request)
         });
         body["apiVersion"] = json!(t.api_version());
         body["kind"] = json!(t.def.kind);
@@ -962,6 +978,15 @@ impl State {
                 owners,
             },
         );
+        // An updated CRD serves what it now says (versions, printer columns).
+        if t.def.special == Special::Crd
+            && let Ok(def) = resources::from_crd(&next)
+        {
+            let key = def.key();
+            if let Some(served) = self.defs.iter_mut().find(|d| d.key() == key) {
+                *served = def;
+            }
+        }
         self.emit(t, EventType::Modified, next.clone(), Some(old.obj.clone()));
         Self::present(t, &next)
     }

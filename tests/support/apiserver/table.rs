@@ -77,14 +77,49 @@ pub fn table(
     })
 }
 
+/// The steps of a JSONPath: `.a.b[?(@.type=="Ready")].c` is `a`, `b[?(@.type=="Ready")]`, `c`.
+fn steps(path: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let (mut depth, mut start) = (0usize, 0);
+    for (i, c) in path.char_indices() {
+        match c {
+            '[' => depth += 1,
+            ']' => depth = depth.saturating_sub(1),
+            '.' if depth == 0 => {
+                if i > start {
+                    out.push(&path[start..i]);
+                }
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    if start < path.len() {
+        out.push(&path[start..]);
+    }
+    out
+}
+
+/// One step: a field, or a field holding a list filtered by `[?(@.key=="value")]` (the first
+/// match; printer columns filter lists of conditions by type).
+fn step<'a>(value: &'a Value, step: &str) -> Option<&'a Value> {
+    let Some((field, filter)) = step.split_once('[') else {
+        return value.get(step);
+    };
+    let condition = filter.strip_prefix("?(@.")?.strip_suffix(")]")?;
+    let (key, wanted) = condition.split_once("==")?;
+    let wanted = wanted.trim().trim_matches('"');
+    value
+        .get(field)?
+        .as_array()?
+        .iter()
+        .find(|item| item.get(key.trim()).and_then(Value::as_str) == Some(wanted))
+}
+
 /// A cell: `null` (kubectl prints `<none>`) when the path finds nothing; strings as printed
 /// by the JSONPath printer; dates as the age kubectl shows.
 fn cell(obj: &Value, path: &str, column: &Value, now: jiff::Timestamp) -> Value {
-    let value = path
-        .trim_start_matches('.')
-        .split('.')
-        .filter(|s| !s.is_empty())
-        .try_fold(obj, |v, seg| v.get(seg));
+    let value = steps(path).into_iter().try_fold(obj, step);
     let Some(value) = value.filter(|v| !v.is_null()) else {
         return Value::Null;
     };
