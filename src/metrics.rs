@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use jiff::Timestamp;
+use kube::Resource;
 use kube::api::DynamicObject;
 use kube::runtime::reflector::Store;
 use prometheus_client::collector::Collector;
@@ -24,6 +25,7 @@ use prometheus_client::registry::Registry;
 use serde_json::Value;
 
 use crate::config::lookup;
+use crate::controller::cached::CachedBrowser;
 use crate::lifecycle::status;
 use crate::pod::names;
 
@@ -310,7 +312,7 @@ impl Metrics {
     }
 
     /// Derives `browsers` from this Browser cache until the registration drops.
-    pub fn observe_browsers(&self, store: Store<DynamicObject>) -> CacheRegistration {
+    pub fn observe_browsers(&self, store: Store<CachedBrowser>) -> CacheRegistration {
         self.caches.add(Source::Browsers(store))
     }
 
@@ -414,11 +416,8 @@ pub fn first_scheduled(
 
 /// A label value taken from a Browser's spec: the value when it is a valid label value
 /// (the CRD requires it), else empty, so that no odd input makes an unbounded label.
-fn spec_label(browser: &DynamicObject, field: &str) -> String {
-    browser
-        .data
-        .pointer(&format!("/spec/{field}"))
-        .and_then(Value::as_str)
+fn spec_label(value: Option<&str>) -> String {
+    value
         .filter(|v| names::check_label_value(v).is_ok())
         .unwrap_or_default()
         .to_string()
@@ -426,12 +425,8 @@ fn spec_label(browser: &DynamicObject, field: &str) -> String {
 
 /// The `phase` label: the Browser's phase, `None` before the operator wrote one, `Unknown`
 /// for anything outside the documented phases.
-fn phase_label(browser: &DynamicObject) -> String {
-    match browser
-        .data
-        .pointer("/status/phase")
-        .and_then(Value::as_str)
-    {
+fn phase_label(browser: &CachedBrowser) -> String {
+    match browser.phase() {
         None => "None".into(),
         Some(
             phase @ (status::PENDING
@@ -446,14 +441,14 @@ fn phase_label(browser: &DynamicObject) -> String {
 
 /// Browsers by namespace, browser, version and phase.
 fn browser_counts<'a>(
-    browsers: impl IntoIterator<Item = &'a DynamicObject>,
+    browsers: impl IntoIterator<Item = &'a CachedBrowser>,
 ) -> BTreeMap<BrowserLabels, i64> {
     let mut counts = BTreeMap::new();
     for browser in browsers {
         let labels = BrowserLabels {
             namespace: browser.metadata.namespace.clone().unwrap_or_default(),
-            browser: spec_label(browser, "browserName"),
-            version: spec_label(browser, "browserVersion"),
+            browser: spec_label(browser.browser_name()),
+            version: spec_label(browser.browser_version()),
             phase: phase_label(browser),
         };
         *counts.entry(labels).or_insert(0) += 1;
@@ -498,7 +493,7 @@ fn config_counts(configs: &[Arc<DynamicObject>]) -> BTreeMap<String, ConfigCount
 }
 
 enum Source {
-    Browsers(Store<DynamicObject>),
+    Browsers(Store<CachedBrowser>),
     Configs(Store<DynamicObject>),
 }
 
@@ -525,26 +520,33 @@ impl Caches {
     }
 
     /// Every cached Browser and BrowserConfig once, even if two scopes overlap.
-    fn snapshot(&self) -> (Vec<Arc<DynamicObject>>, Vec<Arc<DynamicObject>>) {
+    fn snapshot(&self) -> (Vec<Arc<CachedBrowser>>, Vec<Arc<DynamicObject>>) {
         let sources = self.lock();
         let (mut browsers, mut configs) = (Vec::new(), Vec::new());
         let (mut seen_browsers, mut seen_configs) = (HashSet::new(), HashSet::new());
         for (_, source) in &sources.1 {
-            let (store, seen, out) = match source {
-                Source::Browsers(s) => (s, &mut seen_browsers, &mut browsers),
-                Source::Configs(s) => (s, &mut seen_configs, &mut configs),
-            };
-            for object in store.state() {
-                let key = (
-                    object.metadata.namespace.clone(),
-                    object.metadata.name.clone(),
-                );
-                if seen.insert(key) {
-                    out.push(object);
-                }
+            match source {
+                Source::Browsers(s) => once_each(s, &mut seen_browsers, &mut browsers),
+                Source::Configs(s) => once_each(s, &mut seen_configs, &mut configs),
             }
         }
         (browsers, configs)
+    }
+}
+
+/// Appends the objects of `store` not seen yet (by namespace and name).
+fn once_each<K: Resource + Clone>(
+    store: &Store<K>,
+    seen: &mut HashSet<(Option<String>, Option<String>)>,
+    out: &mut Vec<Arc<K>>,
+) where
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    for object in store.state() {
+        let meta = object.meta();
+        if seen.insert((meta.namespace.clone(), meta.name.clone())) {
+            out.push(object);
+        }
     }
 }
 
@@ -630,7 +632,7 @@ mod tests {
         serde_json::from_value(value).unwrap()
     }
 
-    fn browser(ns: &str, name: &str, version: &str, phase: Option<&str>) -> DynamicObject {
+    fn browser_value(ns: &str, name: &str, version: &str, phase: Option<&str>) -> Value {
         let mut b = json!({
             "apiVersion": "selenosis.io/v1", "kind": "Browser",
             "metadata": {"name": name, "namespace": ns, "uid": format!("{ns}-{name}")},
@@ -639,7 +641,11 @@ mod tests {
         if let Some(phase) = phase {
             b["status"] = json!({"phase": phase});
         }
-        object(b)
+        b
+    }
+
+    fn browser(ns: &str, name: &str, version: &str, phase: Option<&str>) -> CachedBrowser {
+        serde_json::from_value(browser_value(ns, name, version, phase)).unwrap()
     }
 
     fn config(ns: &str, name: &str, created: &str, browsers: Value) -> DynamicObject {
@@ -661,7 +667,10 @@ mod tests {
     }
 
     /// A store filled by hand, as a watcher's initial list would fill it.
-    fn store(kind: &str, plural: &str, objects: Vec<DynamicObject>) -> Store<DynamicObject> {
+    fn store<K>(kind: &str, plural: &str, objects: Vec<K>) -> Store<K>
+    where
+        K: Resource<DynamicType = ApiResource> + Clone + 'static,
+    {
         let mut writer = Writer::new(resource(kind, plural));
         writer.apply_watcher_event(&watcher::Event::Init);
         for o in objects {
@@ -809,8 +818,9 @@ mod tests {
 
     #[test]
     fn odd_spec_values_do_not_become_labels() {
-        let mut b = browser("a", "s1", "139.0", Some("Pending"));
-        b.data["spec"]["browserVersion"] = json!("x\"y z".repeat(20));
+        let mut b = browser_value("a", "s1", "139.0", Some("Pending"));
+        b["spec"]["browserVersion"] = json!("x\"y z".repeat(20));
+        let b: CachedBrowser = serde_json::from_value(b).unwrap();
         let counts = browser_counts([&b]);
         let labels = counts.keys().next().unwrap();
         assert_eq!(labels.version, "");

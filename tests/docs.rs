@@ -16,6 +16,7 @@ use serde_json::json;
 
 use browser_controller::cli::{Cli, OutputFormat, RenderArgs};
 use browser_controller::commands;
+use browser_controller::controller::cached::CachedBrowser;
 use browser_controller::metrics::{CacheRegistration, Metrics, Stage};
 
 const OPERATIONS: &str = "docs/operations.md";
@@ -605,13 +606,15 @@ fn metrics_with_every_family() -> (Metrics, Vec<CacheRegistration>) {
     let object = |value: serde_json::Value| -> DynamicObject {
         serde_json::from_value(value).expect("a valid object")
     };
-    let mut browsers = Writer::<DynamicObject>::new(resource("Browser", "browsers"));
-    browsers.apply_watcher_event(&watcher::Event::Apply(object(json!({
+    let mut browsers = Writer::<CachedBrowser>::new(resource("Browser", "browsers"));
+    let browser: CachedBrowser = serde_json::from_value(json!({
         "apiVersion": "selenosis.io/v1", "kind": "Browser",
         "metadata": {"name": "s1", "namespace": "ns"},
         "spec": {"browserName": "chrome", "browserVersion": "139.0"},
         "status": {"phase": "Running"},
-    }))));
+    }))
+    .expect("a valid Browser");
+    browsers.apply_watcher_event(&watcher::Event::Apply(browser));
     let mut configs = Writer::<DynamicObject>::new(resource("BrowserConfig", "browserconfigs"));
     configs.apply_watcher_event(&watcher::Event::Apply(object(json!({
         "apiVersion": "selenosis.io/v1", "kind": "BrowserConfig",

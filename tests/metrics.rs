@@ -229,6 +229,14 @@ async fn a_scripted_lifecycle_shows_in_every_family() {
         samples(&e.metrics.encode().unwrap(), "browser_controller_browsers").is_empty()
     })
     .await;
+    // The last reconciles (a deleted Browser's final events) finish.
+    env.until("no reconcile in flight", |e| {
+        sample(
+            &e.metrics.encode().unwrap(),
+            "browser_controller_reconciles_in_flight",
+        ) == Some(0.0)
+    })
+    .await;
 
     let text = env.metrics.encode().unwrap();
     let value =
@@ -349,6 +357,14 @@ async fn the_metrics_endpoint_serves_the_families_after_an_external_delete() {
     .await;
     env.until("the browsers gauge to empty", |e| {
         samples(&e.metrics.encode().unwrap(), "browser_controller_browsers").is_empty()
+    })
+    .await;
+    // The last reconciles (a deleted Browser's final events) finish.
+    env.until("no reconcile in flight", |e| {
+        sample(
+            &e.metrics.encode().unwrap(),
+            "browser_controller_reconciles_in_flight",
+        ) == Some(0.0)
     })
     .await;
 

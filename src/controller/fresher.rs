@@ -7,7 +7,11 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use kube::Resource;
 use kube::api::DynamicObject;
+use kube::core::ApiResource;
+
+use super::cached::{CachedBrowser, CachedPod};
 
 /// What the operator last knew of an object from its own writes.
 #[derive(Clone, Debug)]
@@ -27,12 +31,12 @@ pub(super) struct Fresher {
     pods: Mutex<HashMap<Key, Known>>,
 }
 
-fn rv(object: &DynamicObject) -> Option<u64> {
-    object.metadata.resource_version.as_deref()?.parse().ok()
+fn rv(object: &impl Resource) -> Option<u64> {
+    object.meta().resource_version.as_deref()?.parse().ok()
 }
 
-fn uid(object: &DynamicObject) -> Option<&str> {
-    object.metadata.uid.as_deref()
+fn uid(object: &impl Resource) -> Option<&str> {
+    object.meta().uid.as_deref()
 }
 
 fn key(ns: &str, name: &str) -> Key {
@@ -57,7 +61,7 @@ impl Fresher {
         let key = key(ns, name);
         let mut browsers = lock(&self.browsers);
         let ours = match browsers.get(&key) {
-            Some(Known::Object(b)) => self::uid(b) == Some(uid),
+            Some(Known::Object(b)) => self::uid(&**b) == Some(uid),
             Some(Known::Gone { uid: gone }) => gone == uid,
             None => true,
         };
@@ -81,25 +85,26 @@ impl Fresher {
         &self,
         ns: &str,
         name: &str,
-        cached: Arc<DynamicObject>,
+        cached: &CachedBrowser,
+        ar: &ApiResource,
     ) -> Option<Arc<DynamicObject>> {
         let key = key(ns, name);
         let mut browsers = lock(&self.browsers);
         let Some(known) = browsers.get(&key).cloned() else {
-            return Some(cached);
+            return Some(Arc::new(cached.to_object(ar)));
         };
         match known {
-            Known::Gone { uid } if self::uid(&cached) == Some(&uid) => None,
+            Known::Gone { uid } if self::uid(cached) == Some(&uid) => None,
             Known::Object(ours)
-                if uid(&ours) == uid(&cached)
-                    && matches!((rv(&ours), rv(&cached)), (Some(a), Some(b)) if a > b) =>
+                if uid(&*ours) == uid(cached)
+                    && matches!((rv(&*ours), rv(cached)), (Some(a), Some(b)) if a > b) =>
             {
                 Some(ours)
             }
             // The cache caught up, or holds another Browser of the same name.
             _ => {
                 browsers.remove(&key);
-                Some(cached)
+                Some(Arc::new(cached.to_object(ar)))
             }
         }
     }
@@ -111,12 +116,14 @@ impl Fresher {
         &self,
         ns: &str,
         name: &str,
-        cached: Option<Arc<DynamicObject>>,
+        cached: Option<&CachedPod>,
+        ar: &ApiResource,
     ) -> Option<Arc<DynamicObject>> {
         let key = key(ns, name);
         let mut pods = lock(&self.pods);
+        let from_cache = |cached: &CachedPod| Arc::new(cached.to_object(ar));
         let Some(known) = pods.get(&key).cloned() else {
-            return cached;
+            return cached.map(from_cache);
         };
         match (known, cached) {
             // Absent from the cache: just created or already gone; the caller reads it.
@@ -124,17 +131,17 @@ impl Fresher {
                 pods.remove(&key);
                 None
             }
-            (Known::Object(ours), Some(cached)) => match (rv(&ours), rv(&cached)) {
-                (Some(a), Some(b)) if a > b && uid(&ours) == uid(&cached) => Some(ours),
+            (Known::Object(ours), Some(cached)) => match (rv(&*ours), rv(cached)) {
+                (Some(a), Some(b)) if a > b && uid(&*ours) == uid(cached) => Some(ours),
                 _ => {
                     pods.remove(&key);
-                    Some(cached)
+                    Some(from_cache(cached))
                 }
             },
-            (Known::Gone { uid }, Some(cached)) if self::uid(&cached) == Some(&uid) => None,
+            (Known::Gone { uid }, Some(cached)) if self::uid(cached) == Some(&uid) => None,
             (Known::Gone { .. }, cached) => {
                 pods.remove(&key);
-                cached
+                cached.map(from_cache)
             }
         }
     }
@@ -150,14 +157,27 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    fn value(rv: &str, uid: &str) -> serde_json::Value {
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "s1", "namespace": "ns", "uid": uid, "resourceVersion": rv}
+        })
+    }
+
     fn obj(rv: &str, uid: &str) -> Arc<DynamicObject> {
-        Arc::new(
-            serde_json::from_value(json!({
-                "apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": "s1", "namespace": "ns", "uid": uid, "resourceVersion": rv}
-            }))
-            .unwrap(),
-        )
+        Arc::new(serde_json::from_value(value(rv, uid)).unwrap())
+    }
+
+    fn browser(rv: &str, uid: &str) -> CachedBrowser {
+        serde_json::from_value(value(rv, uid)).unwrap()
+    }
+
+    fn pod(rv: &str, uid: &str) -> CachedPod {
+        serde_json::from_value(value(rv, uid)).unwrap()
+    }
+
+    fn ar() -> ApiResource {
+        ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&())
     }
 
     fn version(o: Option<Arc<DynamicObject>>) -> Option<String> {
@@ -168,12 +188,12 @@ mod tests {
     fn our_newer_write_wins_until_the_cache_catches_up() {
         let f = Fresher::default();
         f.remember_browser("ns", "s1", Known::Object(obj("10", "u")));
-        let picked = f.pick_browser("ns", "s1", obj("9", "u"));
+        let picked = f.pick_browser("ns", "s1", &browser("9", "u"), &ar());
         assert_eq!(version(picked).as_deref(), Some("10"));
-        let picked = f.pick_browser("ns", "s1", obj("11", "u"));
+        let picked = f.pick_browser("ns", "s1", &browser("11", "u"), &ar());
         assert_eq!(version(picked).as_deref(), Some("11"));
         // The entry is gone once the cache caught up.
-        let picked = f.pick_browser("ns", "s1", obj("9", "u"));
+        let picked = f.pick_browser("ns", "s1", &browser("9", "u"), &ar());
         assert_eq!(version(picked).as_deref(), Some("9"));
     }
 
@@ -181,11 +201,17 @@ mod tests {
     fn a_browser_let_go_of_stays_gone_while_the_cache_still_shows_it() {
         let f = Fresher::default();
         f.remember_browser("ns", "s1", Known::Gone { uid: "u".into() });
-        assert!(f.pick_browser("ns", "s1", obj("9", "u")).is_none());
+        assert!(
+            f.pick_browser("ns", "s1", &browser("9", "u"), &ar())
+                .is_none()
+        );
         // However often the stale copy comes back.
-        assert!(f.pick_browser("ns", "s1", obj("9", "u")).is_none());
+        assert!(
+            f.pick_browser("ns", "s1", &browser("9", "u"), &ar())
+                .is_none()
+        );
         // A new Browser of the same name is another matter.
-        let picked = f.pick_browser("ns", "s1", obj("20", "new"));
+        let picked = f.pick_browser("ns", "s1", &browser("20", "new"), &ar());
         assert_eq!(version(picked).as_deref(), Some("20"));
     }
 
@@ -193,7 +219,9 @@ mod tests {
     fn our_write_never_stands_in_for_another_browser_of_the_same_name() {
         let f = Fresher::default();
         f.remember_browser("ns", "s1", Known::Object(obj("10", "old")));
-        let picked = f.pick_browser("ns", "s1", obj("5", "new")).unwrap();
+        let picked = f
+            .pick_browser("ns", "s1", &browser("5", "new"), &ar())
+            .unwrap();
         assert_eq!(picked.metadata.uid.as_deref(), Some("new"));
     }
 
@@ -222,14 +250,20 @@ mod tests {
     fn a_pod_is_never_invented_when_the_cache_lacks_it() {
         let f = Fresher::default();
         f.remember_pod("ns", "s1", Known::Object(obj("10", "u")));
-        assert!(f.pick_pod("ns", "s1", None).is_none());
+        assert!(f.pick_pod("ns", "s1", None, &ar()).is_none());
     }
 
     #[test]
     fn a_pod_we_deleted_is_hidden_but_not_a_new_one() {
         let f = Fresher::default();
         f.remember_pod("ns", "s1", Known::Gone { uid: "old".into() });
-        assert!(f.pick_pod("ns", "s1", Some(obj("5", "old"))).is_none());
-        assert!(f.pick_pod("ns", "s1", Some(obj("6", "new"))).is_some());
+        assert!(
+            f.pick_pod("ns", "s1", Some(&pod("5", "old")), &ar())
+                .is_none()
+        );
+        assert!(
+            f.pick_pod("ns", "s1", Some(&pod("6", "new")), &ar())
+                .is_some()
+        );
     }
 }

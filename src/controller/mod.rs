@@ -8,6 +8,7 @@
 //! Every completed list (the first, and each relist after a watch expired or failed)
 //! reconciles every Browser of the scope once the list is in the cache.
 
+pub mod cached;
 mod events;
 mod fresher;
 mod reconcile;
@@ -34,6 +35,7 @@ use crate::config_controller::Verdicts;
 use crate::lifecycle::decide::Settings;
 use crate::lifecycle::execute::ExecuteError;
 use crate::metrics::Metrics;
+use cached::{CachedBrowser, CachedPod};
 use events::EventSink;
 use fresher::Fresher;
 use watch::WatchHealth;
@@ -140,7 +142,7 @@ impl Shared {
 /// One watched scope: all namespaces (`None`) or one namespace.
 pub struct Scope {
     shared: Arc<Shared>,
-    pods: Store<DynamicObject>,
+    pods: Store<CachedPod>,
     configs: Store<DynamicObject>,
     pods_health: Arc<WatchHealth>,
     configs_health: Arc<WatchHealth>,
@@ -170,11 +172,17 @@ impl Scope {
 }
 
 /// The API of `resource` over one namespace, or all namespaces for `None`.
-pub(crate) fn scoped_api(
+pub(crate) fn scoped_api<K>(
     client: &Client,
     ns: Option<&str>,
     resource: &kube::core::ApiResource,
-) -> Api<DynamicObject> {
+) -> Api<K>
+where
+    K: kube::Resource<
+            DynamicType = kube::core::ApiResource,
+            Scope = kube::core::DynamicResourceScope,
+        >,
+{
     match ns {
         Some(ns) => Api::namespaced_with(client.clone(), ns, resource),
         None => Api::all_with(client.clone(), resource),
@@ -205,11 +213,11 @@ pub async fn run_scope(
     };
 
     let browsers_health = shared.watch_health("browsers");
-    let browser_writer = Writer::<DynamicObject>::new(kinds.browser.clone());
+    let browser_writer = Writer::<CachedBrowser>::new(kinds.browser.clone());
     let browser_reader = browser_writer.as_reader();
     let forget_deleted = {
         let (fresher, reader) = (fresher.clone(), browser_reader.clone());
-        move |item: &Result<watcher::Event<DynamicObject>, watcher::Error>| match item {
+        move |item: &Result<watcher::Event<CachedBrowser>, watcher::Error>| match item {
             Ok(watcher::Event::Delete(b)) => {
                 if let (Some(ns), Some(name), Some(uid)) = (
                     b.metadata.namespace.as_deref(),
@@ -236,27 +244,23 @@ pub async fn run_scope(
         }
     };
     let browsers = watch::watch(
-        scoped_api(client, ns, &kinds.browser),
-        watcher::Config::default().any_semantic(),
+        scoped_api::<CachedBrowser>(client, ns, &kinds.browser),
+        watch::list_in_pages(watcher::Config::default()),
         browsers_health.clone(),
     )
-    .modify(stages::strip_managed_fields)
     .reflect(browser_writer)
     .inspect(forget_deleted)
     .inspect(watch::observe(browsers_health, listed(failures.clone())));
     let browsers = watch::live_changes(browsers, false);
 
     let pods_health = shared.watch_health("pods");
-    let pod_writer = Writer::<DynamicObject>::new(kinds.pod.clone());
+    let pod_writer = Writer::<CachedPod>::new(kinds.pod.clone());
     let pod_reader = pod_writer.as_reader();
     let pods = watch::watch(
-        scoped_api(client, ns, &kinds.pod),
-        watcher::Config::default()
-            .labels(&keys::managed_pods_selector())
-            .any_semantic(),
+        scoped_api::<CachedPod>(client, ns, &kinds.pod),
+        watch::list_in_pages(watcher::Config::default().labels(&keys::managed_pods_selector())),
         pods_health.clone(),
     )
-    .modify(stages::prune_pod)
     .inspect(stages::observe_scheduling(
         pod_reader.clone(),
         kinds.pod.clone(),
@@ -273,7 +277,7 @@ pub async fn run_scope(
     let config_writer = Writer::<DynamicObject>::new(kinds.browserconfig.clone());
     let config_reader = config_writer.as_reader();
     let configs = watch::watch(
-        scoped_api(client, ns, &kinds.browserconfig),
+        scoped_api::<DynamicObject>(client, ns, &kinds.browserconfig),
         watcher::Config::default().any_semantic(),
         configs_health.clone(),
     )
@@ -327,7 +331,7 @@ pub async fn run_scope(
         .await;
 }
 
-fn error_policy(browser: Arc<DynamicObject>, error: &ReconcileError, scope: Arc<Scope>) -> Action {
+fn error_policy(browser: Arc<CachedBrowser>, error: &ReconcileError, scope: Arc<Scope>) -> Action {
     scope.shared.metrics.reconcile_error(error.kind());
     let key = (browser.namespace().unwrap_or_default(), browser.name_any());
     let wait = scope.backoff(key);

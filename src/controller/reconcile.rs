@@ -17,6 +17,7 @@ use kube::{Resource, ResourceExt};
 use serde_json::Value;
 use tracing::{Instrument, debug, info_span};
 
+use super::cached::CachedBrowser;
 use super::fresher::Known;
 use super::{ReconcileError, Scope, Shared, stages};
 use crate::lifecycle::decide::{self, Observed, PodCreation};
@@ -47,7 +48,7 @@ impl View {
 }
 
 pub(super) async fn reconcile(
-    browser: Arc<DynamicObject>,
+    browser: Arc<CachedBrowser>,
     scope: Arc<Scope>,
 ) -> Result<Action, ReconcileError> {
     let ns = browser.namespace().unwrap_or_default();
@@ -67,7 +68,7 @@ pub(super) async fn reconcile(
 }
 
 async fn reconcile_inner(
-    browser: Arc<DynamicObject>,
+    browser: Arc<CachedBrowser>,
     scope: &Scope,
     ns: &str,
     name: &str,
@@ -81,13 +82,21 @@ async fn reconcile_inner(
         return Err(ReconcileError::StoreClosed("Pod"));
     }
     // Let go of already: the cache still shows it.
-    let Some(browser) = scope.fresher.pick_browser(ns, name, browser) else {
+    let Some(browser) = scope
+        .fresher
+        .pick_browser(ns, name, &browser, &shared.kinds.browser)
+    else {
         return Ok(Action::await_change());
     };
     let pod_ref = ObjectRef::new_with(name, shared.kinds.pod.clone()).within(ns);
     let cached_pod = scope
         .fresher
-        .pick_pod(ns, name, scope.pods.get(&pod_ref))
+        .pick_pod(
+            ns,
+            name,
+            scope.pods.get(&pod_ref).as_deref(),
+            &shared.kinds.pod,
+        )
         .map(|pod| pod_json(&pod))
         .transpose()?;
     let mut view = View {

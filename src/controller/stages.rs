@@ -1,6 +1,6 @@
-//! Stages of the watch streams that feed the Browser controller: what enters the caches
-//! (managedFields stripped, pods cut down to what decisions read), which Browser a pod or a
+//! Stages of the watch streams that feed the Browser controller: which Browser a pod or a
 //! BrowserConfig event concerns, and the `scheduled` startup metric seen on the pod watch.
+//! (What enters the caches at all is `cached`.)
 
 use std::sync::Arc;
 
@@ -8,8 +8,8 @@ use kube::ResourceExt;
 use kube::api::DynamicObject;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
-use serde_json::Value;
 
+use super::cached::{CachedBrowser, CachedPod};
 use crate::api::keys;
 use crate::metrics::{self, Metrics, Stage};
 
@@ -17,96 +17,12 @@ pub fn strip_managed_fields(object: &mut DynamicObject) {
     object.metadata.managed_fields = None;
 }
 
-/// Of each container, what the operator reads from a pod's spec: names and ports (the
-/// Browser's `containerStatuses[].ports`), and the restart policy of init containers
-/// (sidecars). With `spec.nodeName`, that is everything it reads of the spec.
-const KEPT_CONTAINER_FIELDS: [(&str, &[&str]); 2] = [
-    ("containers", &["name", "ports"]),
-    ("initContainers", &["name", "restartPolicy"]),
-];
-
-/// What decisions, the Browser status and the startup metrics read of a pod's status.
-const KEPT_STATUS_FIELDS: [&str; 5] = ["phase", "podIP", "startTime", "reason", "message"];
-
-/// Lists of the pod status and the fields kept of each item.
-const KEPT_STATUS_LISTS: [(&str, &[&str]); 3] = [
-    (
-        "conditions",
-        &["type", "status", "reason", "message", "lastTransitionTime"],
-    ),
-    (
-        "containerStatuses",
-        &["name", "state", "image", "restartCount"],
-    ),
-    (
-        "initContainerStatuses",
-        &["name", "state", "image", "restartCount"],
-    ),
-];
-
-/// The only pod condition anything reads: why a pod is unschedulable, and when it was
-/// scheduled (startup metrics). A kubelet reports four more.
-const KEPT_CONDITION: &str = "PodScheduled";
-
-/// Cuts a pod down to what decisions read before it enters the cache: no managedFields, no
-/// annotations, and of spec and status only the fields above. Env, resources, volumes and
-/// the like, and what kubelets add to statuses (image and container IDs, last states,
-/// resources, volume mounts, host IPs …), are most of a cached pod's memory and never read.
-pub fn prune_pod(pod: &mut DynamicObject) {
-    strip_managed_fields(pod);
-    pod.metadata.annotations = None;
-    if let Some(Value::Object(spec)) = pod.data.get_mut("spec") {
-        let mut full = std::mem::take(spec);
-        keep_lists(&mut full, spec, &KEPT_CONTAINER_FIELDS);
-        if let Some(node) = full.remove("nodeName") {
-            spec.insert("nodeName".to_string(), node);
-        }
-    }
-    if let Some(Value::Object(status)) = pod.data.get_mut("status") {
-        let mut full = std::mem::take(status);
-        for field in KEPT_STATUS_FIELDS {
-            if let Some(value) = full.remove(field) {
-                status.insert(field.to_string(), value);
-            }
-        }
-        keep_lists(&mut full, status, &KEPT_STATUS_LISTS);
-        if let Some(Value::Array(conditions)) = status.get_mut("conditions") {
-            conditions.retain(|c| c.get("type").and_then(Value::as_str) == Some(KEPT_CONDITION));
-        }
-    }
-}
-
-/// Moves each listed array from `full` to `kept`, keeping only the given fields of its items.
-fn keep_lists(
-    full: &mut serde_json::Map<String, Value>,
-    kept: &mut serde_json::Map<String, Value>,
-    lists: &[(&str, &[&str])],
-) {
-    for (list, fields) in lists {
-        if let Some(Value::Array(items)) = full.remove(*list) {
-            let items = items
-                .into_iter()
-                .map(|item| match item {
-                    Value::Object(mut c) => Value::Object(
-                        fields
-                            .iter()
-                            .filter_map(|f| Some((f.to_string(), c.remove(*f)?)))
-                            .collect(),
-                    ),
-                    other => other,
-                })
-                .collect();
-            kept.insert(list.to_string(), Value::Array(items));
-        }
-    }
-}
-
 /// The Browser a pod belongs to: by our label, else by its controller owner reference
 /// name (so pods written under another group/version of the Browser kind still map).
 pub fn browser_of_pod(
-    pod: &DynamicObject,
+    pod: &CachedPod,
     browser: &kube::core::ApiResource,
-) -> Option<ObjectRef<DynamicObject>> {
+) -> Option<ObjectRef<CachedBrowser>> {
     let ns = pod.metadata.namespace.as_deref()?;
     let name = pod.labels().get(keys::LABEL_BROWSER).cloned().or_else(|| {
         pod.owner_references()
@@ -120,16 +36,16 @@ pub fn browser_of_pod(
 /// Browsers of a namespace still waiting for their pod: a BrowserConfig change may now resolve
 /// them (docs/behaviour.md, "Normal path").
 pub fn waiting_browsers(
-    browsers: &Store<DynamicObject>,
+    browsers: &Store<CachedBrowser>,
     ns: &str,
     browser: &kube::core::ApiResource,
-) -> Vec<ObjectRef<DynamicObject>> {
+) -> Vec<ObjectRef<CachedBrowser>> {
     browsers
         .state()
         .iter()
         .filter(|b| b.metadata.namespace.as_deref() == Some(ns))
         .filter(|b| b.metadata.deletion_timestamp.is_none())
-        .filter(|b| b.data.pointer("/status/phase").is_none())
+        .filter(|b| b.phase().is_none())
         .filter_map(|b| {
             Some(ObjectRef::new_with(b.metadata.name.as_deref()?, browser.clone()).within(ns))
         })
@@ -140,14 +56,17 @@ pub fn waiting_browsers(
 /// scheduled; `pods` still holds the previous state. A relist (start-up, watch gap) is not a
 /// first sighting: the pod may have been seen before, so it is never counted twice.
 pub fn observe_scheduling(
-    pods: Store<DynamicObject>,
+    pods: Store<CachedPod>,
     pod_resource: kube::core::ApiResource,
     metrics: Arc<Metrics>,
-) -> impl FnMut(&Result<watcher::Event<DynamicObject>, watcher::Error>) {
+) -> impl FnMut(&Result<watcher::Event<CachedPod>, watcher::Error>) {
     move |event| {
         if let Ok(watcher::Event::Apply(pod)) = event {
-            let before = pods.get(&ObjectRef::from_obj_with(pod, pod_resource.clone()));
-            if let Some((created, scheduled)) = metrics::first_scheduled(before.as_deref(), pod) {
+            let before = pods
+                .get(&ObjectRef::from_obj_with(pod, pod_resource.clone()))
+                .map(|before| before.to_object(&pod_resource));
+            let after = pod.to_object(&pod_resource);
+            if let Some((created, scheduled)) = metrics::first_scheduled(before.as_ref(), &after) {
                 metrics.startup(Stage::Scheduled, created, scheduled);
             }
         }
@@ -158,6 +77,11 @@ pub fn observe_scheduling(
 mod tests {
     use super::*;
     use crate::lifecycle::decide::{self, Observed, Settings};
+    use serde_json::Value;
+
+    fn pod_resource() -> kube::core::ApiResource {
+        kube::core::ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&())
+    }
     use serde_json::json;
 
     fn golden_pod(text: &str) -> Value {
@@ -266,10 +190,9 @@ mod tests {
                             "status": browser_status,
                         }))
                         .unwrap();
-                        let mut pruned: DynamicObject =
-                            serde_json::from_value(pod.clone()).unwrap();
-                        prune_pod(&mut pruned);
-                        let pruned = serde_json::to_value(&pruned).unwrap();
+                        let cached: CachedPod = serde_json::from_value(pod.clone()).unwrap();
+                        let pruned =
+                            serde_json::to_value(cached.to_object(&pod_resource())).unwrap();
                         // Early, and past the pod creation timeout.
                         for now in ["2026-11-22T10:00:05Z", "2026-11-22T10:10:00Z"] {
                             let plan = |pod: &Value| {
@@ -311,8 +234,8 @@ mod tests {
             "conditions": [{"type": "Ready", "status": "True", "lastProbeTime": null, "lastTransitionTime": "2026-11-22T10:00:03Z", "reason": "R", "message": "M"},
                 {"type": "PodScheduled", "status": "True", "lastProbeTime": null, "lastTransitionTime": "2026-11-22T10:00:01Z", "reason": "R", "message": "M"}],
             "containerStatuses": [state(kubelet.clone())], "initContainerStatuses": [state(kubelet)]});
-        let mut object: DynamicObject = serde_json::from_value(pod.clone()).unwrap();
-        prune_pod(&mut object);
+        let cached: CachedPod = serde_json::from_value(pod.clone()).unwrap();
+        let object = cached.to_object(&pod_resource());
         assert_eq!(
             object.data["status"],
             json!({"phase": "Running", "podIP": "10.1.2.3", "startTime": "2026-11-22T10:00:01Z", "reason": "R", "message": "M",
@@ -352,13 +275,13 @@ mod tests {
             kind: "Browser".into(),
             plural: "browsers".into(),
         };
-        let labelled: DynamicObject = serde_json::from_value(json!({
+        let labelled: CachedPod = serde_json::from_value(json!({
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": "p", "namespace": "ns", "labels": {"selenosis.io/browser": "s1"}}
         }))
         .unwrap();
         assert_eq!(browser_of_pod(&labelled, &ar).unwrap().name, "s1");
-        let owned: DynamicObject = serde_json::from_value(json!({
+        let owned: CachedPod = serde_json::from_value(json!({
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": "p", "namespace": "ns", "ownerReferences": [
                 {"apiVersion": "browser.selenosis.io/v1", "kind": "Browser", "name": "s2", "uid": "u", "controller": true}

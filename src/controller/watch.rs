@@ -30,6 +30,16 @@ const BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// resumes from its resourceVersion yields no event of its own to say so.
 const RETRY_BOUND: Duration = Duration::from_secs(4);
 
+/// Objects per page of a list. A list is read whole before its first object enters the
+/// cache: pages keep that peak to one page, however many Browsers and pods there are.
+const PAGE: u32 = 250;
+
+/// `config` listing from the API server's storage page by page. (A list that may be served
+/// from the API server's watch cache, `resourceVersion=0`, comes unpaginated.)
+pub fn list_in_pages(config: watcher::Config) -> watcher::Config {
+    config.page_size(PAGE)
+}
+
 /// The backoff of every watch of the operator.
 pub fn backoff() -> impl Backoff {
     ExponentialBackoff::from(
