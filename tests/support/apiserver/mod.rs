@@ -15,7 +15,8 @@
 //! `SelfSubjectAccessReview`s. Requests without impersonation are the admin's.
 //!
 //! Not emulated: authentication, admission beyond pod defaults, CRD schema validation, garbage
-//! collection (like envtest), pagination (`limit`/`continue` return everything).
+//! collection (like envtest), and paged lists as one snapshot (`limit`/`continue` cut the
+//! current state).
 
 mod apply;
 mod error;

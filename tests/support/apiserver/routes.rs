@@ -9,7 +9,7 @@ use axum::body::Body;
 use axum::extract::{Query, Request, State as AxumState};
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::response::Response;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::error::ApiError;
 use super::rbac::{self, User};
@@ -428,6 +428,36 @@ impl Incoming<'_> {
         }
     }
 
+    /// Cuts a list to the page `limit` and `continue` ask for, as a list from storage is cut.
+    /// (A list that may come from the watch cache, `resourceVersion=0`, is whole, as a real
+    /// API server serves it.) The continue token is the offset of the next item; pages are
+    /// not a snapshot of one resourceVersion.
+    fn page(&self, list: &mut Value) -> Result<(), ApiError> {
+        let Some(limit) = self.param("limit").and_then(|l| l.parse::<usize>().ok()) else {
+            return Ok(());
+        };
+        if limit == 0 || self.param("resourceVersion") == Some("0") {
+            return Ok(());
+        }
+        let offset = match self.param("continue").filter(|c| !c.is_empty()) {
+            Some(token) => token
+                .parse::<usize>()
+                .map_err(|_| ApiError::bad_request(format!("invalid continue token {token:?}")))?,
+            None => 0,
+        };
+        let Some(items) = list["items"].as_array_mut() else {
+            return Ok(());
+        };
+        let total = items.len();
+        let end = (offset + limit).min(total);
+        *items = items.drain(offset.min(total)..end).collect();
+        if end < total {
+            list["metadata"]["continue"] = json!(end.to_string());
+            list["metadata"]["remainingItemCount"] = json!(total - end);
+        }
+        Ok(())
+    }
+
     fn selectors(&self, t: &Target) -> Result<(LabelSelector, FieldSelector), ApiError> {
         let labels = LabelSelector::parse(self.param("labelSelector").unwrap_or(""))
             .map_err(ApiError::bad_request)?;
@@ -511,12 +541,13 @@ impl Incoming<'_> {
             "get" => self.printed(state, t, vec![state.get(t, name)?], None),
             "list" => {
                 let (labels, fields) = self.selectors(t)?;
-                let list = state.list(t, |o| labels.matches(o) && fields.matches(o));
+                let mut list = state.list(t, |o| labels.matches(o) && fields.matches(o));
                 let items = list["items"].as_array().cloned().unwrap_or_default();
                 if self.table_for(t) {
                     let rv = list["metadata"]["resourceVersion"].as_str().unwrap_or("");
                     return self.printed(state, t, items, Some(rv));
                 }
+                self.page(&mut list)?;
                 reply(list)
             }
             "watch" => {
