@@ -1,27 +1,39 @@
 //! Provisioning benchmark: how fast and how cheaply the operator turns Browsers into running
-//! pods, measured against the pod-create limit of the same API server in the same run.
+//! pods, measured against the pod-create limit and an ideal client of the same API server in
+//! the same run.
 //!
 //! One process holds the API server double (or a client of the cluster named by
-//! `--kubeconfig`), the kubelet simulator, the benchmark's own client, and the operator on a
-//! Tokio runtime of its own whose threads are named `operator`: their CPU time is the
-//! operator's. Requests of the operator to the double are served on the benchmark's runtime.
+//! `--kubeconfig`, or of the control plane it started from `KUBEBUILDER_ASSETS`), the kubelet
+//! simulator, the benchmark's own client, and the operator on a Tokio runtime of its own whose
+//! threads are named `operator`: their CPU time is the operator's. Requests of the operator to
+//! the double are served on the benchmark's runtime. With `--operator-binary` the operator is a
+//! process of its own instead.
 //!
 //! Phases: (1) baseline — N bare pods of the Browsers' shape created with server-side apply at
-//! the same client concurrency; (2) the operator run — N Browsers created, then deleted; (3)
-//! idle — for each `--idle` size, the operator restarted over that many Running Browsers, its
-//! heap and RSS growth, start-up cost and idle CPU. See docs/performance.md.
+//! the same client concurrency; (2) the ideal client — N Browsers provisioned with exactly the
+//! writes of the normal path, the limit for an operator on this server; (3) the operator run —
+//! N Browsers created, then deleted; (4) idle — for each `--idle` size, the operator restarted
+//! over that many Running Browsers, its memory, start-up cost and idle CPU. The CPU of
+//! kube-apiserver and etcd is read per phase when the benchmark started them. See
+//! docs/performance.md.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
 
 #[path = "provision/cluster.rs"]
 mod cluster;
+#[path = "provision/ideal.rs"]
+mod ideal;
 #[path = "provision/measure.rs"]
 mod measure;
 #[path = "provision/report.rs"]
 mod report;
 #[path = "provision/requests.rs"]
 mod requests;
+#[path = "provision/targets.rs"]
+mod targets;
+#[path = "provision/under_test.rs"]
+mod under_test;
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -32,13 +44,12 @@ use std::time::Duration;
 
 use browser_controller::api::crd::{self, Layout};
 use browser_controller::api::keys;
-use browser_controller::cli::{Cli, LogFormat};
+use browser_controller::cli::LogFormat;
 use browser_controller::lifecycle::decide::PodCreation;
 use browser_controller::lifecycle::desired;
-use browser_controller::metrics::Metrics;
 use browser_controller::{duration, logging, manifest, operator};
 use clap::Parser;
-use futures::{FutureExt, StreamExt, TryStreamExt};
+use futures::{StreamExt, TryStreamExt};
 use kube::Client;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::ApiResource;
@@ -46,17 +57,19 @@ use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use cluster::Backend;
-use measure::Cpu;
-use report::{Baseline, Cost, Idle, Report, Run, Setup};
+use ideal::IdealClient;
+use measure::{Cpu, ServerCpu, ServerPids};
+use report::{Baseline, Cost, Flow, Ideal, Idle, IdleMemory, Report, Run, Setup};
 use requests::RequestLog;
 use support::apiserver::ApiServer;
 use support::controlplane::{self, Assets, ControlPlane};
+use support::host::TempDir;
 use support::kinds;
 use support::kubelet::{Kubelet, KubeletConfig, Script};
+use under_test::{Launch, Operator};
 
 #[global_allocator]
 static ALLOCATOR: measure::CountingAllocator = measure::CountingAllocator;
@@ -105,6 +118,11 @@ struct Args {
     /// Namespace of the benchmark's objects.
     #[arg(long, default_value = "bench")]
     namespace: String,
+    /// Run this operator binary (e.g. the shipped build) as a separate process against the
+    /// same cluster instead of the operator in this process; needs a real API server
+    /// (`KUBEBUILDER_ASSETS` or --kubeconfig).
+    #[arg(long, value_name = "PATH")]
+    operator_binary: Option<PathBuf>,
     /// Passed by `cargo bench` to every bench binary; ignored.
     #[arg(long, hide = true)]
     bench: bool,
@@ -131,8 +149,8 @@ pub enum BenchError {
     Timeout { what: String, state: String },
     #[error("the operator stopped: {0}")]
     Operator(#[source] operator::RunError),
-    #[error("the operator task ended unexpectedly")]
-    OperatorExited,
+    #[error("the operator stopped unexpectedly: {0}")]
+    OperatorExited(String),
     #[error("operator task: {0}")]
     Join(#[from] tokio::task::JoinError),
     #[error("operator flags: {0}")]
@@ -179,6 +197,7 @@ struct Plan {
     max_workers: Option<u16>,
     namespace: String,
     kubeconfig: Option<PathBuf>,
+    operator_binary: Option<PathBuf>,
     smoke: bool,
 }
 
@@ -203,6 +222,7 @@ impl From<&Args> for Plan {
             max_workers: args.max_workers,
             namespace: args.namespace.clone(),
             kubeconfig: args.kubeconfig.clone(),
+            operator_binary: args.operator_binary.clone(),
             smoke: args.smoke,
         };
         if args.smoke {
@@ -231,6 +251,19 @@ fn main() -> ExitCode {
 
 fn run(args: &Args) -> Result<(), BenchError> {
     let mut plan = Plan::from(args);
+    if let Some(binary) = &plan.operator_binary {
+        if plan.kubeconfig.is_none() && !matches!(Assets::from_env(), Ok(Some(_))) {
+            return Err(BenchError::Flags(
+                "--operator-binary runs the operator against a real API server: set KUBEBUILDER_ASSETS or --kubeconfig".into(),
+            ));
+        }
+        if !binary.is_file() {
+            return Err(BenchError::Flags(format!(
+                "--operator-binary {}: no such file",
+                binary.display()
+            )));
+        }
+    }
     let threads = std::thread::available_parallelism().map_or(2, usize::from);
     // The operator gets the runtime it would have as a process of its own.
     let operator_rt = tokio::runtime::Builder::new_multi_thread()
@@ -254,7 +287,11 @@ fn run(args: &Args) -> Result<(), BenchError> {
         (None, Err(e)) => return Err(BenchError::Fixture(e.to_string())),
         _ => None,
     };
-    let report = bench_rt.block_on(bench(&plan, operator_rt.handle().clone(), threads));
+    // The API server's CPU is only known when this process started it.
+    let server = plane
+        .as_ref()
+        .and_then(|plane| ServerPids::identify(&plane.pids()));
+    let report = bench_rt.block_on(bench(&plan, operator_rt.handle().clone(), threads, server));
     operator_rt.shutdown_timeout(Duration::from_secs(1));
     bench_rt.shutdown_timeout(Duration::from_secs(1));
     if let Some(plane) = plane {
@@ -309,10 +346,11 @@ impl Kinds {
 /// The objects of the run, from the repository's examples: the BrowserConfig of
 /// `testdata/configs/single-sidecar.yaml` and Browsers shaped like
 /// `testdata/browsers/chrome.yaml` (owner label, options annotation).
-struct Fixture {
+#[derive(Clone)]
+pub struct Fixture {
     config: Value,
     browser: Value,
-    /// The pod the operator renders for such a Browser, without its owner reference.
+    /// The pod the operator renders for such a Browser.
     pod: Value,
 }
 
@@ -339,7 +377,7 @@ impl Fixture {
         template.metadata.name = Some("template".into());
         template.metadata.uid = Some("00000000-0000-0000-0000-000000000000".into());
         let config_object: DynamicObject = serde_json::from_value(config.clone())?;
-        let mut pod = match desired::pod_for(
+        let pod = match desired::pod_for(
             &template,
             &[config_object],
             &kinds.browser,
@@ -354,10 +392,6 @@ impl Fixture {
                 )));
             }
         };
-        // A bare pod: no Browser owns it (a real garbage collector would delete it).
-        if let Some(meta) = pod["metadata"].as_object_mut() {
-            meta.remove("ownerReferences");
-        }
         Ok(Fixture {
             config,
             browser,
@@ -371,10 +405,23 @@ impl Fixture {
         Ok(serde_json::from_value(b)?)
     }
 
+    /// A bare pod of the Browsers' shape: no Browser owns it (a real garbage collector
+    /// would delete it).
     fn pod(&self, name: &str) -> Value {
+        let mut p = self.owned_pod(name, "");
+        if let Some(meta) = p["metadata"].as_object_mut() {
+            meta.remove("ownerReferences");
+        }
+        p
+    }
+
+    /// The pod of the Browser `name` with `uid`, as the operator renders it.
+    pub fn owned_pod(&self, name: &str, uid: &str) -> Value {
         let mut p = self.pod.clone();
         p["metadata"]["name"] = json!(name);
         p["metadata"]["labels"][keys::LABEL_BROWSER] = json!(name);
+        p["metadata"]["ownerReferences"][0]["name"] = json!(name);
+        p["metadata"]["ownerReferences"][0]["uid"] = json!(uid);
         p["spec"]["hostname"] = json!(name);
         p
     }
@@ -385,6 +432,8 @@ impl Fixture {
 struct Seen {
     browsers: HashSet<String>,
     pods: HashSet<String>,
+    /// First event showing the pod: its creation.
+    pod_created: HashMap<String, Instant>,
     /// First event showing the Browser `Running` with a pod IP.
     browser_running: HashMap<String, Instant>,
     /// First event showing the pod `Running` (the kubelet's status update).
@@ -428,6 +477,7 @@ impl Seen {
                 }
             }
             Watched::Pods => {
+                self.pod_created.entry(name.clone()).or_insert(at);
                 if running {
                     self.pod_running.entry(name.clone()).or_insert(at);
                 }
@@ -579,90 +629,12 @@ impl Observer {
     }
 }
 
-/// The operator running on its own runtime, with its own metrics and request log.
-struct Operator {
-    stop: Option<oneshot::Sender<()>>,
-    task: JoinHandle<Result<(), BenchError>>,
-    metrics: Arc<Metrics>,
-    log: Arc<RequestLog>,
-}
-
-impl Operator {
-    fn start(backend: &Backend, runtime: &Handle, flags: &[String]) -> Result<Self, BenchError> {
-        let mut argv = vec![
-            "browser-controller".to_string(),
-            "--metrics-addr=0".to_string(),
-            "--health-probe-bind-address=0".to_string(),
-        ];
-        argv.extend_from_slice(flags);
-        let args = Cli::try_parse_from(argv)
-            .map_err(|e| BenchError::Flags(e.to_string()))?
-            .run;
-        let metrics = Arc::new(Metrics::new());
-        let log = Arc::new(RequestLog::default());
-        let (stop, stopped) = oneshot::channel::<()>();
-        let backend = backend.clone();
-        let (task_metrics, task_log) = (metrics.clone(), log.clone());
-        let task = runtime.spawn(async move {
-            // Built here so that the client's own task runs on the operator's runtime.
-            let client = backend.operator_client(task_log)?;
-            let stop = async move {
-                let _ = stopped.await;
-            };
-            operator::run_with_client(client, args, task_metrics, stop)
-                .await
-                .map_err(BenchError::Operator)
-        });
-        Ok(Operator {
-            stop: Some(stop),
-            task,
-            metrics,
-            log,
-        })
-    }
-
-    /// An error when the operator has stopped on its own.
-    fn check(&mut self) -> Result<(), BenchError> {
-        match (&mut self.task).now_or_never() {
-            None => Ok(()),
-            Some(Ok(Ok(()))) => Err(BenchError::OperatorExited),
-            Some(Ok(Err(e))) => Err(e),
-            Some(Err(e)) => Err(BenchError::Join(e)),
-        }
-    }
-
-    fn metrics(&self) -> Result<String, BenchError> {
-        Ok(self.metrics.encode()?)
-    }
-
-    /// Reconciles run and running now.
-    fn reconciles(&self) -> Result<(f64, f64), BenchError> {
-        let text = self.metrics()?;
-        Ok((
-            measure::sum(&text, "browser_controller_reconciles_total", |_| true),
-            measure::sum(&text, "browser_controller_reconciles_in_flight", |_| true),
-        ))
-    }
-
-    async fn stop(mut self) -> Result<(), BenchError> {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        match tokio::time::timeout(Duration::from_secs(60), &mut self.task).await {
-            Ok(result) => result?,
-            Err(_) => Err(BenchError::Timeout {
-                what: "the operator to stop".into(),
-                state: "still running after 60s".into(),
-            }),
-        }
-    }
-}
-
-/// Waits until `pending` returns `None`; its `Some` says what is still missing.
+/// Waits until `pending` returns `None`; its `Some` says what is still missing. `alive`
+/// fails when whatever should make progress stopped.
 async fn until(
     what: &str,
     timeout: Duration,
-    mut operator: Option<&mut Operator>,
+    mut alive: impl FnMut() -> Result<(), BenchError>,
     mut pending: impl FnMut() -> Option<String>,
 ) -> Result<(), BenchError> {
     let deadline = Instant::now() + timeout;
@@ -670,9 +642,7 @@ async fn until(
         let Some(state) = pending() else {
             return Ok(());
         };
-        if let Some(op) = operator.as_deref_mut() {
-            op.check()?;
-        }
+        alive()?;
         if Instant::now() >= deadline {
             return Err(BenchError::Timeout {
                 what: what.to_string(),
@@ -728,6 +698,8 @@ struct Ctx<'a> {
     kinds: Kinds,
     fixture: Fixture,
     observer: Observer,
+    /// kube-apiserver and etcd, when the benchmark started them.
+    server: Option<ServerPids>,
 }
 
 impl Ctx<'_> {
@@ -791,47 +763,145 @@ impl Ctx<'_> {
         Ok(())
     }
 
+    /// Waits until every Browser of `names` was seen Running, and returns how many were.
+    /// With `partial`, a phase in which some never show Running ends when no more did for
+    /// [`STALL`] (their share is a figure of the run); without, that is an error.
     async fn wait_running(
         &self,
         names: &[String],
-        operator: &mut Operator,
-    ) -> Result<(), BenchError> {
-        until(
-            "Browsers to run",
-            phase_timeout(names.len()),
-            Some(operator),
-            || {
-                let running = self.observer.with(|s| {
-                    names
-                        .iter()
-                        .filter(|n| s.browser_running.contains_key(*n))
-                        .count()
+        mut alive: impl FnMut() -> Result<(), BenchError>,
+        partial: bool,
+    ) -> Result<usize, BenchError> {
+        let n = names.len();
+        let deadline = Instant::now() + phase_timeout(n);
+        let mut last = (0, Instant::now());
+        loop {
+            let running = self.observer.with(|s| {
+                names
+                    .iter()
+                    .filter(|n| s.browser_running.contains_key(*n))
+                    .count()
+            });
+            if running == n {
+                return Ok(running);
+            }
+            alive()?;
+            if running != last.0 {
+                last = (running, Instant::now());
+            }
+            let now = Instant::now();
+            if partial && running > 0 && (now - last.1 >= STALL || now >= deadline) {
+                return Ok(running);
+            }
+            if now >= deadline || (!partial && now - last.1 >= phase_timeout(0)) {
+                return Err(BenchError::Timeout {
+                    what: "Browsers to run".into(),
+                    state: format!("{running} of {n} Running"),
                 });
-                (running < names.len()).then(|| format!("{running} of {} Running", names.len()))
-            },
-        )
-        .await
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
     }
 
     async fn wait_gone(
         &self,
         prefix: &str,
         n: usize,
-        operator: Option<&mut Operator>,
+        alive: impl FnMut() -> Result<(), BenchError>,
     ) -> Result<(), BenchError> {
-        until("deletions", phase_timeout(n), operator, || {
+        until("deletions", phase_timeout(n), alive, || {
             let (browsers, pods) = self.observer.with(|s| s.count_live(prefix));
             (browsers + pods > 0).then(|| format!("{browsers} Browsers and {pods} pods left"))
         })
         .await
     }
+
+    /// kube-apiserver and etcd CPU now, when the benchmark started them.
+    fn server_cpu(&self) -> Result<Option<ServerCpu>, BenchError> {
+        Ok(self.server.map(|s| s.cpu()).transpose()?)
+    }
+
+    /// What the benchmark's watches saw of the Browsers `names` created at `created`, with
+    /// the pod create moments of `log` and the phase's CPU.
+    fn flow(
+        &self,
+        names: &[String],
+        created: &[(Instant, Instant)],
+        log: Option<&RequestLog>,
+        server_cpu: Option<ServerCpu>,
+        client_cpu: Cpu,
+    ) -> Flow {
+        let at = |map: &HashMap<String, Instant>| -> Vec<Option<Instant>> {
+            names.iter().map(|n| map.get(n).copied()).collect()
+        };
+        let (browser_running, pod_running, pod_created) = self.observer.with(|s| {
+            (
+                at(&s.browser_running),
+                at(&s.pod_running),
+                at(&s.pod_created),
+            )
+        });
+        let sent: Vec<Instant> = created.iter().map(|c| c.0).collect();
+        let first_sent = sent.iter().min().copied().unwrap_or_else(Instant::now);
+        let since = |to: &[Option<Instant>]| -> Vec<Duration> {
+            sent.iter()
+                .zip(to)
+                .filter_map(|(a, b)| b.map(|b| b.saturating_duration_since(*a)))
+                .collect()
+        };
+        let pod_sent = log.map(|log| {
+            names
+                .iter()
+                .map(|name| log.pod_create_sent(&self.plan.namespace, name))
+                .collect::<Vec<_>>()
+        });
+        let propagation: Vec<Duration> = pod_running
+            .iter()
+            .zip(&browser_running)
+            .filter_map(|(pod, browser)| Some(browser.as_ref()?.saturating_duration_since((*pod)?)))
+            .collect();
+        let last = |times: &[Option<Instant>]| {
+            times
+                .iter()
+                .flatten()
+                .max()
+                .map_or(Duration::ZERO, |t| t.saturating_duration_since(first_sent))
+        };
+        let seen = |times: &[Option<Instant>]| times.iter().flatten().count();
+        Flow {
+            browsers: names.len(),
+            create_latency: measure::summarize(created.iter().map(|(s, a)| *a - *s).collect()),
+            to_pod_created: measure::summarize(since(&pod_created)),
+            to_pod_sent: pod_sent.and_then(|sent| measure::summarize(since(&sent))),
+            pods_seen: seen(&pod_created),
+            propagation: measure::summarize(propagation),
+            end_to_end: measure::summarize(since(&browser_running)),
+            seen_running: seen(&browser_running),
+            to_pods: last(&pod_created),
+            to_running: last(&browser_running),
+            server_cpu,
+            client_cpu,
+        }
+    }
 }
+
+/// A phase whose Browsers stopped turning Running for this long is over.
+const STALL: Duration = Duration::from_secs(30);
 
 fn names(prefix: &str, range: std::ops::Range<usize>) -> Vec<String> {
     range.map(|i| format!("{prefix}{i:05}")).collect()
 }
 
-async fn bench(plan: &Plan, operator_rt: Handle, threads: usize) -> Result<Report, BenchError> {
+fn server_since(end: Option<ServerCpu>, start: Option<ServerCpu>) -> Option<ServerCpu> {
+    Some(end?.since(&start?))
+}
+
+async fn bench(
+    plan: &Plan,
+    operator_rt: Handle,
+    threads: usize,
+    server: Option<ServerPids>,
+) -> Result<Report, BenchError> {
     let backend = match &plan.kubeconfig {
         Some(path) => Backend::from_kubeconfig(path).await?,
         None => {
@@ -846,6 +916,18 @@ async fn bench(plan: &Plan, operator_rt: Handle, threads: usize) -> Result<Repor
                 serve_on: Handle::current(),
             }
         }
+    };
+    let launch = match (&plan.operator_binary, &plan.kubeconfig) {
+        (Some(binary), Some(kubeconfig)) => Launch::Binary {
+            binary: binary.clone(),
+            kubeconfig: kubeconfig.clone(),
+            logs: TempDir::new("bench-operator"),
+        },
+        _ => Launch::InProcess {
+            backend: backend.clone(),
+            runtime: operator_rt.clone(),
+            threads: OPERATOR_THREADS,
+        },
     };
     let client = backend.client()?;
     let kinds = Kinds::new();
@@ -867,9 +949,16 @@ async fn bench(plan: &Plan, operator_rt: Handle, threads: usize) -> Result<Repor
         kinds,
         fixture,
         observer,
+        server,
     };
     let setup = Setup {
-        backend: backend.describe(),
+        backend: backend.describe()
+            + if server.is_some() {
+                " (kube-apiserver and etcd started by the benchmark)"
+            } else {
+                ""
+            },
+        operator: launch.describe(),
         browsers: plan.browsers,
         concurrency: plan.concurrency,
         rate: plan.rate,
@@ -879,12 +968,14 @@ async fn bench(plan: &Plan, operator_rt: Handle, threads: usize) -> Result<Repor
         smoke: plan.smoke,
     };
 
+    warm_up(&ctx).await?;
     let baseline = baseline(&ctx).await?;
+    let ideal = ideal(&ctx, &backend, &operator_rt).await?;
 
-    let mut op = Operator::start(&backend, &operator_rt, &ctx.operator_flags())?;
+    let mut op = Operator::start(&launch, &ctx.operator_flags()).await?;
     create_config(&ctx, &mut op).await?;
     let (run, cost) = provision(&ctx, &mut op).await?;
-    let (idle, op) = idle(&ctx, &backend, &operator_rt, op).await?;
+    let (idle, op) = idle(&ctx, &launch, op).await?;
     op.stop().await?;
     let configs: Api<DynamicObject> =
         Api::namespaced_with(ctx.client.clone(), &plan.namespace, &ctx.kinds.config);
@@ -898,6 +989,7 @@ async fn bench(plan: &Plan, operator_rt: Handle, threads: usize) -> Result<Repor
     Ok(Report {
         setup,
         baseline,
+        ideal,
         run,
         cost,
         idle,
@@ -954,12 +1046,53 @@ async fn create_config(ctx: &Ctx<'_>, op: &mut Operator) -> Result<(), BenchErro
     }
 }
 
+/// One Browser and one pod through each kind of write of the phases, outside the figures:
+/// a kube-apiserver whose CRDs were just installed takes seconds over its first write to them.
+async fn warm_up(ctx: &Ctx<'_>) -> Result<(), BenchError> {
+    let name = "warmup";
+    let browsers = ctx.browsers();
+    let browser = browsers
+        .create(&PostParams::default(), &ctx.fixture.browser(name)?)
+        .await
+        .map_err(api_error("warm-up: create Browser"))?;
+    let uid = browser.metadata.uid.clone().unwrap_or_default();
+    let params = PatchParams::apply("bench").force();
+    let head = json!({
+        "apiVersion": ctx.kinds.browser.api_version,
+        "kind": ctx.kinds.browser.kind,
+        "metadata": {"name": name, "uid": uid, "labels": {keys::LABEL_BROWSER: name}},
+    });
+    browsers
+        .patch(name, &params, &Patch::Apply(&head))
+        .await
+        .map_err(api_error("warm-up: apply Browser"))?;
+    let mut status = head.clone();
+    status["status"] = json!({"phase": "Pending"});
+    browsers
+        .patch_status(name, &params, &Patch::Apply(&status))
+        .await
+        .map_err(api_error("warm-up: apply Browser status"))?;
+    ctx.pods()
+        .patch(
+            name,
+            &params,
+            &Patch::Apply(ctx.fixture.owned_pod(name, &uid)),
+        )
+        .await
+        .map_err(api_error("warm-up: apply pod"))?;
+    let names = [name.to_string()];
+    force_delete_pods(ctx, &names).await?;
+    ctx.delete_browsers(&names).await?;
+    ctx.wait_gone(name, 1, || Ok(())).await
+}
+
 /// The limit: N bare pods of the same shape, server-side applied at the same concurrency.
 async fn baseline(ctx: &Ctx<'_>) -> Result<Baseline, BenchError> {
     let n = ctx.plan.browsers;
     let pods = ctx.pods();
     let names = names("base-", 0..n);
     let params = PatchParams::apply("bench").force();
+    let server_start = ctx.server_cpu()?;
     let times = fan_out(n, ctx.plan.concurrency, None, |i| {
         let pods = pods.clone();
         let name = names[i].clone();
@@ -973,6 +1106,7 @@ async fn baseline(ctx: &Ctx<'_>) -> Result<Baseline, BenchError> {
         }
     })
     .await?;
+    let server_cpu = server_since(ctx.server_cpu()?, server_start);
     let first = times.iter().map(|t| t.0).min();
     let last = times.iter().map(|t| t.1).max();
     let elapsed = match (first, last) {
@@ -980,111 +1114,138 @@ async fn baseline(ctx: &Ctx<'_>) -> Result<Baseline, BenchError> {
         _ => Duration::ZERO,
     };
     let latency = measure::summarize(times.iter().map(|(s, a)| *a - *s).collect());
-    // Forced deletes: the baseline pods leave nothing behind for the operator run.
+    force_delete_pods(ctx, &names).await?;
+    ctx.wait_gone("base-", n, || Ok(())).await?;
+    // Let the kubelet simulator's aborted walks settle before the next phase.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    Ok(Baseline {
+        pods: n,
+        elapsed,
+        throughput: report::per_second(n, elapsed),
+        latency,
+        server_cpu,
+    })
+}
+
+/// Forced deletes (no kubelet confirmation): a phase leaves nothing behind for the next.
+async fn force_delete_pods(ctx: &Ctx<'_>, names: &[String]) -> Result<(), BenchError> {
+    let pods = ctx.pods();
     let forced = DeleteParams {
         grace_period_seconds: Some(0),
         ..DeleteParams::default()
     };
-    fan_out(n, ctx.plan.concurrency, None, |i| {
+    fan_out(names.len(), ctx.plan.concurrency, None, |i| {
         let pods = pods.clone();
         let name = names[i].clone();
         let forced = forced.clone();
         async move { tolerate(pods.delete(&name, &forced).await, 404, "delete pod") }
     })
     .await?;
-    ctx.wait_gone("base-", n, None).await?;
-    // Let the kubelet simulator's aborted walks settle before the operator starts.
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    Ok(Baseline {
-        pods: n,
-        elapsed,
-        throughput: per_second(n, elapsed),
-        latency,
+    Ok(())
+}
+
+/// The ideal client's phase: N Browsers created as for the operator and provisioned by the
+/// ideal client, then removed by the benchmark (pods force-deleted, finalizers removed,
+/// Browsers deleted) outside the figures.
+async fn ideal(ctx: &Ctx<'_>, backend: &Backend, runtime: &Handle) -> Result<Ideal, BenchError> {
+    let n = ctx.plan.browsers;
+    let prefix = "ideal-";
+    let names = names(prefix, 0..n);
+    let mut client = IdealClient::start(
+        backend,
+        runtime,
+        ideal::Scope {
+            namespace: ctx.plan.namespace.clone(),
+            prefix: prefix.to_string(),
+            concurrency: ctx.plan.concurrency,
+            browser: ctx.kinds.browser.clone(),
+            pod: ctx.kinds.pod.clone(),
+            fixture: ctx.fixture.clone(),
+        },
+    );
+    client.synced().await?;
+    let server_start = ctx.server_cpu()?;
+    let cpu_start = Cpu::now(OPERATOR_THREADS)?;
+    let created = ctx.create_browsers(&names, ctx.plan.rate).await?;
+    ctx.wait_running(&names, || client.check(), !ctx.plan.smoke)
+        .await?;
+    let client_cpu = Cpu::now(OPERATOR_THREADS)?.since(&cpu_start);
+    let server_cpu = server_since(ctx.server_cpu()?, server_start);
+    let flow = ctx.flow(&names, &created, Some(&client.log), server_cpu, client_cpu);
+    let writes = report::writes_of(&client.log.counts());
+    let duplicates = client.log.duplicates();
+    drop(client);
+
+    force_delete_pods(ctx, &names).await?;
+    let browsers = ctx.browsers();
+    let release = Patch::Merge(json!({"metadata": {"finalizers": null}}));
+    fan_out(n, ctx.plan.concurrency, None, |i| {
+        let browsers = browsers.clone();
+        let name = names[i].clone();
+        let release = &release;
+        async move {
+            tolerate(
+                browsers
+                    .patch(&name, &PatchParams::default(), release)
+                    .await,
+                404,
+                "remove finalizers",
+            )
+        }
+    })
+    .await?;
+    ctx.delete_browsers(&names).await?;
+    ctx.wait_gone(prefix, n, || Ok(())).await?;
+    Ok(Ideal {
+        flow,
+        writes,
+        duplicates,
     })
 }
 
-fn per_second(n: usize, elapsed: Duration) -> f64 {
-    if elapsed.is_zero() {
-        0.0
-    } else {
-        n as f64 / elapsed.as_secs_f64()
-    }
-}
-
-/// The operator run: N Browsers created (at `--rate` or all at once), all Running, then all
+/// The operator run: N Browsers created (at `--rate` or all at once), Running, then all
 /// deleted.
 async fn provision(ctx: &Ctx<'_>, op: &mut Operator) -> Result<(Run, Cost), BenchError> {
     let n = ctx.plan.browsers;
-    let ns = &ctx.plan.namespace;
     let names = names("b-", 0..n);
-    let cpu_start = Cpu::now(OPERATOR_THREADS)?;
+    let server_start = ctx.server_cpu()?;
+    let cpu_start = op.cpu()?;
     let created = ctx.create_browsers(&names, ctx.plan.rate).await?;
-    ctx.wait_running(&names, op).await?;
-    let cpu_running = Cpu::now(OPERATOR_THREADS)?;
-    let metrics_running = op.metrics()?;
-
-    let first_sent = created
-        .iter()
-        .map(|c| c.0)
-        .min()
-        .unwrap_or_else(Instant::now);
-    let (browser_running, pod_running) = ctx.observer.with(|s| {
-        let at = |map: &HashMap<String, Instant>| -> Vec<Option<Instant>> {
-            names.iter().map(|n| map.get(n).copied()).collect()
-        };
-        (at(&s.browser_running), at(&s.pod_running))
-    });
-    let pod_sent: Vec<Option<Instant>> = names
-        .iter()
-        .map(|name| op.log.pod_create_sent(ns, name))
-        .collect();
-    let since = |from: &[Instant], to: &[Option<Instant>]| -> Vec<Duration> {
-        from.iter()
-            .zip(to)
-            .filter_map(|(a, b)| b.map(|b| b.saturating_duration_since(*a)))
-            .collect()
-    };
-    let sent: Vec<Instant> = created.iter().map(|c| c.0).collect();
-    let propagation: Vec<Duration> = pod_running
-        .iter()
-        .zip(&browser_running)
-        .filter_map(|(pod, browser)| Some(browser.as_ref()?.saturating_duration_since((*pod)?)))
-        .collect();
-    let last = |times: &[Option<Instant>]| times.iter().flatten().max().copied();
-    let to_pods = last(&pod_sent).map_or(Duration::ZERO, |t| t - first_sent);
-    let to_running = last(&browser_running).map_or(Duration::ZERO, |t| t - first_sent);
+    ctx.wait_running(&names, || op.check(), !ctx.plan.smoke)
+        .await?;
+    let cpu_running = op.cpu()?;
+    let server_running = ctx.server_cpu()?;
+    let metrics_running = op.metrics().await?;
+    let flow = ctx.flow(
+        &names,
+        &created,
+        op.log(),
+        server_since(server_running, server_start),
+        cpu_running.since(&cpu_start),
+    );
 
     let delete_start = Instant::now();
     ctx.delete_browsers(&names).await?;
-    ctx.wait_gone("b-", n, Some(op)).await?;
+    ctx.wait_gone("b-", n, || op.check()).await?;
     let (browsers_gone, pods_gone) = ctx.observer.with(|s| (s.browser_gone, s.pod_gone));
-    let cpu_end = Cpu::now(OPERATOR_THREADS)?;
+    let cpu_end = op.cpu()?;
+    let server_end = ctx.server_cpu()?;
     // Let the last reconciles and events finish before the counters are read.
     settle(op).await?;
-    let metrics_end = op.metrics()?;
+    let metrics_end = op.metrics().await?;
 
     let run = Run {
-        browsers: n,
+        flow,
         rate: ctx.plan.rate,
-        create_latency: measure::summarize(created.iter().map(|(s, a)| *a - *s).collect()),
-        to_pod_create: measure::summarize(since(&sent, &pod_sent)),
-        missing_pod_create: pod_sent.iter().filter(|t| t.is_none()).count(),
-        propagation: measure::summarize(propagation),
-        end_to_end: measure::summarize(since(&sent, &browser_running)),
-        to_pods,
-        to_running,
-        throughput_pods: per_second(n, to_pods),
-        throughput_running: per_second(n, to_running),
         delete_browsers: browsers_gone.map(|t| t.saturating_duration_since(delete_start)),
         delete_pods: pods_gone.map(|t| t.saturating_duration_since(delete_start)),
+        server_cpu_with_deletion: server_since(server_end, server_start),
     };
-    let cost = Cost::from_metrics(
-        &metrics_running,
-        &metrics_end,
-        op.log.counts(),
-        cpu_running.since(&cpu_start),
-        cpu_end.since(&cpu_running),
-    );
+    let mut cost = Cost::from_metrics(&metrics_running, &metrics_end);
+    cost.requests = op.log().map(RequestLog::counts);
+    cost.duplicates = op.log().map(RequestLog::duplicates);
+    cost.cpu_delete = cpu_end.since(&cpu_running);
+    cost.memory = op.memory()?;
     Ok((run, cost))
 }
 
@@ -1092,21 +1253,13 @@ async fn provision(ctx: &Ctx<'_>, op: &mut Operator) -> Result<(Run, Cost), Benc
 /// in the background, after their reconcile) changed for a moment.
 async fn settle(op: &mut Operator) -> Result<(), BenchError> {
     let deadline = Instant::now() + Duration::from_secs(60);
-    let activity = |op: &Operator| -> Result<(f64, f64, f64), BenchError> {
-        let (done, in_flight) = op.reconciles()?;
-        let writes = measure::sum(
-            &op.metrics()?,
-            "browser_controller_api_writes_total",
-            |_| true,
-        );
-        Ok((done, in_flight, writes))
-    };
-    let mut last = activity(op)?;
+    let poll = op.poll_interval().max(Duration::from_millis(20));
+    let mut last = activity(op).await?;
     let mut stable_since = Instant::now();
     loop {
         op.check()?;
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        let current = activity(op)?;
+        tokio::time::sleep(poll).await;
+        let current = activity(op).await?;
         if current != last {
             last = current;
             stable_since = Instant::now();
@@ -1122,12 +1275,21 @@ async fn settle(op: &mut Operator) -> Result<(), BenchError> {
     }
 }
 
+/// Reconciles done, in flight, and writes so far.
+async fn activity(op: &Operator) -> Result<(f64, f64, f64), BenchError> {
+    let text = op.metrics().await?;
+    Ok((
+        measure::sum(&text, "browser_controller_reconciles_total", |_| true),
+        measure::sum(&text, "browser_controller_reconciles_in_flight", |_| true),
+        measure::sum(&text, "browser_controller_api_writes_total", |_| true),
+    ))
+}
+
 /// For each idle size: that many Running Browsers exist; the operator is stopped and started
-/// again over them, and its start-up cost, writes, heap and RSS growth and idle CPU are read.
+/// again over them, and its start-up cost, writes, memory and idle CPU are read.
 async fn idle(
     ctx: &Ctx<'_>,
-    backend: &Backend,
-    operator_rt: &Handle,
+    launch: &Launch,
     mut op: Operator,
 ) -> Result<(Vec<Idle>, Operator), BenchError> {
     let mut results = Vec::new();
@@ -1136,7 +1298,7 @@ async fn idle(
         let more = names("idle-", existing..size);
         ctx.create_browsers(&more, None).await?;
         let all = names("idle-", 0..size);
-        ctx.wait_running(&all, &mut op).await?;
+        ctx.wait_running(&all, || op.check(), false).await?;
         existing = size;
         settle(&mut op).await?;
         op.stop().await?;
@@ -1147,13 +1309,13 @@ async fn idle(
         let rss_before = measure::memory()?;
         measure::reset_heap_peak();
         let peak_reset = measure::reset_peak_rss();
-        let cpu_before = Cpu::now(OPERATOR_THREADS)?;
+        let cpu_before = launch.cpu_before_start()?;
         let started = Instant::now();
-        op = Operator::start(backend, operator_rt, &ctx.operator_flags())?;
+        op = Operator::start(launch, &ctx.operator_flags()).await?;
         let deadline = started + phase_timeout(size);
         loop {
             op.check()?;
-            let (done, in_flight) = op.reconciles()?;
+            let (done, in_flight) = op.reconciles().await?;
             if done >= size as f64 && in_flight == 0.0 {
                 break;
             }
@@ -1163,18 +1325,31 @@ async fn idle(
                     state: format!("{done} of {size} reconciled"),
                 });
             }
-            tokio::time::sleep(Duration::from_millis(5)).await;
+            tokio::time::sleep(op.poll_interval()).await;
         }
         let sync = started.elapsed();
-        let cpu_synced = Cpu::now(OPERATOR_THREADS)?;
-        let (reconciles_synced, _) = op.reconciles()?;
+        let cpu_synced = op.cpu()?;
+        let (reconciles_synced, _) = op.reconciles().await?;
         tokio::time::sleep(ctx.plan.idle_window).await;
         op.check()?;
-        let cpu_end = Cpu::now(OPERATOR_THREADS)?;
-        let heap_after = measure::heap();
-        let rss_after = measure::memory()?;
-        let text = op.metrics()?;
-        let (reconciles_end, _) = op.reconciles()?;
+        let cpu_end = op.cpu()?;
+        let memory = match op.memory()? {
+            Some(process) => IdleMemory::Process(process),
+            None => {
+                let heap_after = measure::heap();
+                let rss_after = measure::memory()?;
+                IdleMemory::InProcess {
+                    heap_before: heap_before.live,
+                    heap_after: heap_after.live,
+                    heap_peak: heap_after.peak,
+                    rss_before: rss_before.rss,
+                    rss_after: rss_after.rss,
+                    rss_peak: peak_reset.then_some(rss_after.peak),
+                }
+            }
+        };
+        let text = op.metrics().await?;
+        let (reconciles_end, _) = op.reconciles().await?;
         let writes = report::WriteCounts::from_metrics(&text);
         results.push(Idle {
             browsers: size,
@@ -1184,16 +1359,11 @@ async fn idle(
             window: ctx.plan.idle_window,
             idle_reconciles: reconciles_end - reconciles_synced,
             idle_cpu: cpu_end.since(&cpu_synced),
-            heap_before: heap_before.live,
-            heap_after: heap_after.live,
-            heap_peak: heap_after.peak,
-            rss_before: rss_before.rss,
-            rss_after: rss_after.rss,
-            rss_peak: peak_reset.then_some(rss_after.peak),
+            memory,
         });
     }
     let all = names("idle-", 0..existing);
     ctx.delete_browsers(&all).await?;
-    ctx.wait_gone("idle-", existing, Some(&mut op)).await?;
+    ctx.wait_gone("idle-", existing, || op.check()).await?;
     Ok((results, op))
 }

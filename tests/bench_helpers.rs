@@ -1,5 +1,6 @@
 //! The provisioning benchmark's pure helpers — percentiles, metrics text, `/proc` lines,
-//! request naming — tested here because a `harness = false` bench runs no tests itself.
+//! request naming, duplicate writes, targets — tested here because a `harness = false` bench
+//! runs no tests itself.
 
 #[allow(dead_code)]
 #[path = "../benches/provision/measure.rs"]
@@ -7,12 +8,17 @@ mod measure;
 #[allow(dead_code)]
 #[path = "../benches/provision/requests.rs"]
 mod requests;
+#[allow(dead_code)]
+#[path = "../benches/provision/targets.rs"]
+mod targets;
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use http::{Method, Uri};
-use measure::{samples, stat_cpu, sum, summarize};
+use measure::{samples, stat_cpu, status_memory, sum, summarize};
 use requests::{RequestLog, classify};
+use targets::{Figures, evaluate};
 
 #[test]
 fn percentiles_use_the_nearest_rank() {
@@ -53,6 +59,15 @@ fn cpu_times_are_read_after_the_command_name() {
     // utime 250 and stime 50 ticks of 10 ms; the name itself contains parentheses.
     let stat = "42 (tokio (worker)) S 1 2 3 4 5 6 7 8 9 10 250 50 0 0 20 0";
     assert_eq!(stat_cpu(stat), Some(Duration::from_secs(3)));
+}
+
+#[test]
+fn resident_memory_is_read_from_proc_status_in_bytes() {
+    let status =
+        "Name:\tbrowser-controller\nVmHWM:\t   40960 kB\nVmRSS:\t   20480 kB\nThreads:\t3\n";
+    let m = status_memory(status).unwrap();
+    assert_eq!((m.rss, m.peak), (20 * 1024 * 1024, 40 * 1024 * 1024));
+    assert!(status_memory("Name:\tkthreadd\n").is_none());
 }
 
 fn named(method: Method, uri: &str, apply: bool) -> (String, String, Option<String>) {
@@ -138,4 +153,165 @@ fn only_real_pod_applies_mark_the_create_time() {
     assert_eq!(log.pod_create_sent("b", "p1"), Some(first));
     assert_eq!(log.counts().get("apply pods"), Some(&2));
     assert_eq!(log.counts().get("get pods"), Some(&1));
+}
+
+#[test]
+fn writes_beyond_what_a_session_needs_are_duplicates() {
+    let log = RequestLog::default();
+    let send = |method: Method, path: &str, apply: bool| {
+        log.record(&method, &path.parse::<Uri>().unwrap(), apply)
+    };
+    let browser = "/apis/selenosis.io/v1/namespaces/b/browsers";
+    for name in ["s1", "s2"] {
+        send(
+            Method::PATCH,
+            &format!("{browser}/{name}?fieldManager=m"),
+            true,
+        );
+        send(
+            Method::PATCH,
+            &format!("/api/v1/namespaces/b/pods/{name}?fieldManager=m"),
+            true,
+        );
+        // Pending and Running: the two a session needs.
+        for _ in 0..2 {
+            send(
+                Method::PATCH,
+                &format!("{browser}/{name}/status?fieldManager=m"),
+                true,
+            );
+        }
+        send(Method::DELETE, &format!("{browser}/{name}"), false);
+        // Reads, dry runs and Events (no name) are never duplicates.
+        send(
+            Method::GET,
+            &format!("/api/v1/namespaces/b/pods/{name}"),
+            false,
+        );
+        send(
+            Method::GET,
+            &format!("/api/v1/namespaces/b/pods/{name}"),
+            false,
+        );
+        send(
+            Method::PATCH,
+            &format!("/api/v1/namespaces/b/pods/{name}?dryRun=All"),
+            true,
+        );
+        send(
+            Method::POST,
+            "/apis/events.k8s.io/v1/namespaces/b/events",
+            false,
+        );
+        send(
+            Method::POST,
+            "/apis/events.k8s.io/v1/namespaces/b/events",
+            false,
+        );
+    }
+    assert!(log.duplicates().is_empty(), "{:?}", log.duplicates());
+
+    // A second DELETE of s1, a third status of s2, and two more pod applies to s2.
+    send(Method::DELETE, &format!("{browser}/s1"), false);
+    send(
+        Method::PATCH,
+        &format!("{browser}/s2/status?fieldManager=m"),
+        true,
+    );
+    send(
+        Method::PATCH,
+        "/api/v1/namespaces/b/pods/s2?fieldManager=m",
+        true,
+    );
+    send(
+        Method::PATCH,
+        "/api/v1/namespaces/b/pods/s2?fieldManager=m",
+        true,
+    );
+    let expected: BTreeMap<String, u64> = [
+        ("apply browsers/status", 1),
+        ("apply pods", 2),
+        ("delete browsers", 1),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    assert_eq!(log.duplicates(), expected);
+}
+
+fn figures() -> Figures {
+    let ms = Duration::from_millis;
+    Figures {
+        steady: false,
+        throughput: (90.0, 100.0),
+        apiserver_cpu: Some((ms(12), ms(10))),
+        to_pod_p99: (Some(ms(120)), Some(ms(100))),
+        propagation_p99: (Some(ms(20)), Some(ms(10))),
+        seen_running: (500, 500),
+        writes_per_session: 6.0,
+        duplicates: Some(0),
+        events_per_session: 3.0,
+        restart_peak_rss: None,
+    }
+}
+
+fn verdicts(f: &Figures) -> Vec<(&'static str, Option<bool>)> {
+    evaluate(f).into_iter().map(|t| (t.what, t.met)).collect()
+}
+
+#[test]
+fn burst_targets_are_relative_to_the_ideal_client() {
+    assert_eq!(
+        verdicts(&figures()),
+        vec![
+            ("Browsers/s with their pod created", Some(true)),
+            ("kube-apiserver CPU per Browser", Some(true)),
+            ("p99 Browser created -> pod created", Some(true)),
+            ("p99 pod Running -> Browser Running", Some(false)),
+            ("Browsers seen Running", Some(true)),
+            ("API writes per session, Events apart", Some(true)),
+            ("duplicate writes", Some(true)),
+            ("Events per session", Some(true)),
+            ("operator peak RSS after a restart", None),
+        ]
+    );
+    let mut worse = figures();
+    worse.throughput = (79.0, 100.0);
+    worse.apiserver_cpu = Some((Duration::from_millis(13), Duration::from_millis(10)));
+    worse.seen_running = (499, 500);
+    worse.writes_per_session = 8.5;
+    worse.duplicates = Some(2);
+    worse.events_per_session = 3.1;
+    worse.restart_peak_rss = Some((5000, 65 * 1024 * 1024));
+    assert!(
+        verdicts(&worse)
+            .iter()
+            .filter(|(what, _)| !what.starts_with("p99"))
+            .all(|(_, met)| *met == Some(false)),
+        "{:?}",
+        verdicts(&worse)
+    );
+}
+
+#[test]
+fn steady_rate_targets_are_absolute_and_unmeasured_ones_have_no_verdict() {
+    let mut steady = figures();
+    steady.steady = true;
+    steady.to_pod_p99 = (
+        Some(Duration::from_millis(50)),
+        Some(Duration::from_millis(1)),
+    );
+    steady.propagation_p99 = (Some(Duration::from_millis(51)), None);
+    steady.apiserver_cpu = None;
+    steady.duplicates = None;
+    steady.restart_peak_rss = Some((1000, 10 * 1024 * 1024));
+    let v = verdicts(&steady);
+    assert!(!v.iter().any(|(what, _)| what.starts_with("Browsers/s")));
+    let of = |what: &str| v.iter().find(|(w, _)| *w == what).unwrap().1;
+    assert_eq!(of("p99 Browser created -> pod created"), Some(true));
+    assert_eq!(of("p99 pod Running -> Browser Running"), Some(false));
+    assert_eq!(of("kube-apiserver CPU per Browser"), None);
+    assert_eq!(of("duplicate writes"), None);
+    // A restart over fewer than 5000 Browsers says nothing about the 5000 target.
+    assert_eq!(of("operator peak RSS after a restart"), None);
 }

@@ -92,7 +92,19 @@ pub struct Memory {
 }
 
 pub fn memory() -> std::io::Result<Memory> {
-    let status = std::fs::read_to_string("/proc/self/status")?;
+    process_memory("self")
+}
+
+/// [`Memory`] of the process `pid` (`self` for this one).
+pub fn process_memory(pid: &str) -> std::io::Result<Memory> {
+    let path = format!("/proc/{pid}/status");
+    let status = std::fs::read_to_string(&path)?;
+    status_memory(&status)
+        .ok_or_else(|| std::io::Error::other(format!("{path} has no VmRSS or VmHWM")))
+}
+
+/// `VmRSS` and `VmHWM` of a `/proc/.../status` text.
+pub fn status_memory(status: &str) -> Option<Memory> {
     let field = |name: &str| {
         status
             .lines()
@@ -100,9 +112,8 @@ pub fn memory() -> std::io::Result<Memory> {
             .and_then(|rest| rest.split_whitespace().next())
             .and_then(|kb| kb.parse::<u64>().ok())
             .map(|kb| kb * 1024)
-            .ok_or_else(|| std::io::Error::other(format!("/proc/self/status has no {name}")))
     };
-    Ok(Memory {
+    Some(Memory {
         rss: field("VmRSS:")?,
         peak: field("VmHWM:")?,
     })
@@ -127,8 +138,14 @@ pub fn stat_cpu(stat: &str) -> Option<Duration> {
 
 /// CPU time of the whole process, exited threads included (10 ms resolution).
 pub fn process_cpu() -> std::io::Result<Duration> {
-    let stat = std::fs::read_to_string("/proc/self/stat")?;
-    stat_cpu(&stat).ok_or_else(|| std::io::Error::other("unreadable /proc/self/stat"))
+    pid_cpu("self")
+}
+
+/// CPU time of the process `pid` (`self` for this one), exited threads included.
+pub fn pid_cpu(pid: &str) -> std::io::Result<Duration> {
+    let path = format!("/proc/{pid}/stat");
+    let stat = std::fs::read_to_string(&path)?;
+    stat_cpu(&stat).ok_or_else(|| std::io::Error::other(format!("unreadable {path}")))
 }
 
 /// CPU time of the live threads called `name` (10 ms resolution per thread).
@@ -150,8 +167,9 @@ pub fn threads_cpu(name: &str) -> std::io::Result<Duration> {
     Ok(total)
 }
 
-/// CPU time of the operator's threads and of the whole process at one moment.
-#[derive(Clone, Copy, Debug)]
+/// CPU time of the operator (its threads in this process, or its own process) and of this
+/// whole process at one moment.
+#[derive(Clone, Copy, Debug, Default)]
 pub struct Cpu {
     pub operator: Duration,
     pub process: Duration,
@@ -169,6 +187,52 @@ impl Cpu {
         Cpu {
             operator: self.operator.saturating_sub(earlier.operator),
             process: self.process.saturating_sub(earlier.process),
+        }
+    }
+}
+
+/// The processes of a control plane the benchmark started.
+#[derive(Clone, Copy, Debug)]
+pub struct ServerPids {
+    pub apiserver: u32,
+    pub etcd: u32,
+}
+
+impl ServerPids {
+    /// Tells kube-apiserver from etcd among `pids` by their command names.
+    pub fn identify(pids: &[u32]) -> Option<Self> {
+        let comm = |pid: &u32| std::fs::read_to_string(format!("/proc/{pid}/comm")).ok();
+        let find = |name: &str| {
+            pids.iter()
+                .find(|pid| comm(pid).is_some_and(|c| c.trim_end() == name))
+                .copied()
+        };
+        Some(Self {
+            apiserver: find("kube-apiserver")?,
+            etcd: find("etcd")?,
+        })
+    }
+
+    pub fn cpu(&self) -> std::io::Result<ServerCpu> {
+        Ok(ServerCpu {
+            apiserver: pid_cpu(&self.apiserver.to_string())?,
+            etcd: pid_cpu(&self.etcd.to_string())?,
+        })
+    }
+}
+
+/// CPU time (utime + stime) of kube-apiserver and etcd.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ServerCpu {
+    pub apiserver: Duration,
+    pub etcd: Duration,
+}
+
+impl ServerCpu {
+    pub fn since(&self, earlier: &ServerCpu) -> ServerCpu {
+        ServerCpu {
+            apiserver: self.apiserver.saturating_sub(earlier.apiserver),
+            etcd: self.etcd.saturating_sub(earlier.etcd),
         }
     }
 }

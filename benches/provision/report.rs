@@ -6,10 +6,14 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::measure::{self, Cpu, Summary};
+use crate::measure::{self, Cpu, Memory, ServerCpu, Summary};
+use crate::requests;
+use crate::targets::{self, Figures, Target};
 
 pub struct Setup {
     pub backend: String,
+    /// How the operator runs: in this process or as a separate one.
+    pub operator: String,
     pub browsers: usize,
     pub concurrency: usize,
     pub rate: Option<f64>,
@@ -25,30 +29,82 @@ pub struct Baseline {
     pub elapsed: Duration,
     pub throughput: f64,
     pub latency: Option<Summary>,
+    /// From the first create sent to the last answered; `None` when not measured.
+    pub server_cpu: Option<ServerCpu>,
 }
 
-pub struct Run {
+/// What the benchmark's watches saw of one set of Browsers, from the first create sent to
+/// the last Browser seen Running, and what that cost.
+pub struct Flow {
     pub browsers: usize,
-    pub rate: Option<f64>,
     /// The benchmark's Browser create, sent → answered.
     pub create_latency: Option<Summary>,
-    /// Browser create sent → the operator sent the pod's create.
-    pub to_pod_create: Option<Summary>,
-    /// Browsers whose pod create the operator's client never sent.
-    pub missing_pod_create: usize,
+    /// Browser create sent → the pod seen by the benchmark's watch.
+    pub to_pod_created: Option<Summary>,
+    /// Browser create sent → the pod's apply sent (from the request log, when there is one).
+    pub to_pod_sent: Option<Summary>,
+    pub pods_seen: usize,
     /// Pod seen Running → Browser seen Running with its pod IP.
     pub propagation: Option<Summary>,
     /// Browser create sent → Browser seen Running with its pod IP.
     pub end_to_end: Option<Summary>,
-    /// First Browser create sent → last pod create sent.
+    pub seen_running: usize,
+    /// First Browser create sent → last pod seen.
     pub to_pods: Duration,
-    /// First Browser create sent → last Browser Running.
+    /// First Browser create sent → last Browser seen Running.
     pub to_running: Duration,
-    pub throughput_pods: f64,
-    pub throughput_running: f64,
+    /// CPU of kube-apiserver and etcd over the flow; `None` when not measured.
+    pub server_cpu: Option<ServerCpu>,
+    /// CPU of the client (operator or ideal client) over the flow.
+    pub client_cpu: Cpu,
+}
+
+impl Flow {
+    pub fn throughput_pods(&self) -> f64 {
+        per_second(self.pods_seen, self.to_pods)
+    }
+
+    pub fn throughput_running(&self) -> f64 {
+        per_second(self.seen_running, self.to_running)
+    }
+
+    fn server_per_browser(&self) -> Option<ServerCpu> {
+        self.server_cpu.map(|c| per_object(&c, self.browsers))
+    }
+}
+
+pub fn per_second(n: usize, elapsed: Duration) -> f64 {
+    if elapsed.is_zero() {
+        0.0
+    } else {
+        n as f64 / elapsed.as_secs_f64()
+    }
+}
+
+fn per_object(c: &ServerCpu, n: usize) -> ServerCpu {
+    let n = n.max(1) as u32;
+    ServerCpu {
+        apiserver: c.apiserver / n,
+        etcd: c.etcd / n,
+    }
+}
+
+/// The ideal client's phase: its flow and its writes from its request log.
+pub struct Ideal {
+    pub flow: Flow,
+    /// Writes by `verb resource`, whole phase.
+    pub writes: BTreeMap<String, u64>,
+    pub duplicates: BTreeMap<String, u64>,
+}
+
+pub struct Run {
+    pub flow: Flow,
+    pub rate: Option<f64>,
     /// Deletion of every Browser started → the last Browser, and the last pod, gone.
     pub delete_browsers: Option<Duration>,
     pub delete_pods: Option<Duration>,
+    /// CPU of kube-apiserver and etcd from the first create to the last object gone.
+    pub server_cpu_with_deletion: Option<ServerCpu>,
 }
 
 /// The operator's API writes from its `api_writes_total` counter.
@@ -117,21 +173,19 @@ pub struct Cost {
     pub writes: WriteCounts,
     pub reconciles_running: f64,
     pub reconciles: f64,
-    /// Every request the operator's client sent, by `verb resource`.
-    pub requests: BTreeMap<String, u64>,
-    /// CPU from the first Browser create to the last Browser Running, and during deletion.
-    pub cpu_provision: Cpu,
+    /// Every request the operator's client sent, by `verb resource`; `None` for a separate
+    /// process, whose requests the benchmark does not see.
+    pub requests: Option<BTreeMap<String, u64>>,
+    /// Writes beyond what the path needs, by `verb resource` (same source as `requests`).
+    pub duplicates: Option<BTreeMap<String, u64>>,
+    /// The operator's CPU while deleting (the last Browser Running → the last object gone).
     pub cpu_delete: Cpu,
+    /// RSS and peak RSS of a separate operator process at the end of the run.
+    pub memory: Option<Memory>,
 }
 
 impl Cost {
-    pub fn from_metrics(
-        running: &str,
-        end: &str,
-        requests: BTreeMap<String, u64>,
-        cpu_provision: Cpu,
-        cpu_delete: Cpu,
-    ) -> Self {
+    pub fn from_metrics(running: &str, end: &str) -> Self {
         let reconciles =
             |text: &str| measure::sum(text, "browser_controller_reconciles_total", |_| true);
         Cost {
@@ -139,21 +193,22 @@ impl Cost {
             writes: WriteCounts::from_metrics(end),
             reconciles_running: reconciles(running),
             reconciles: reconciles(end),
-            requests,
-            cpu_provision,
-            cpu_delete,
+            requests: None,
+            duplicates: None,
+            cpu_delete: Cpu::default(),
+            memory: None,
         }
     }
-}
 
-impl Cost {
     /// The operator's requests for Browsers, pods and Events (reads and writes, no lists or
     /// watches), and the rest: discovery, permission checks, lists, watches, BrowserConfig
     /// validation — a cost per start or per config, not per Browser.
-    fn requests_split(&self) -> (BTreeMap<String, f64>, BTreeMap<String, u64>) {
+    fn requests_split(
+        requests: &BTreeMap<String, u64>,
+    ) -> (BTreeMap<String, f64>, BTreeMap<String, u64>) {
         let mut per_browser = BTreeMap::new();
         let mut fixed = BTreeMap::new();
-        for (key, count) in &self.requests {
+        for (key, count) in requests {
             let (verb, resource) = key.split_once(' ').unwrap_or((key, ""));
             let browser_scoped = ["browsers", "pods", "events"]
                 .iter()
@@ -168,6 +223,33 @@ impl Cost {
     }
 }
 
+/// Writes (by `verb resource`) among a request log's counts.
+pub fn writes_of(requests: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
+    requests
+        .iter()
+        .filter(|(key, _)| requests::is_write(key.split(' ').next().unwrap_or_default()))
+        .map(|(k, v)| (k.clone(), *v))
+        .collect()
+}
+
+/// The operator's memory after a restart.
+pub enum IdleMemory {
+    /// In this process: live heap bytes with the operator stopped, at the end of the idle
+    /// window and at the most since the restart; RSS of the whole process likewise (peak
+    /// `None` when the kernel did not reset it).
+    InProcess {
+        heap_before: usize,
+        heap_after: usize,
+        heap_peak: usize,
+        rss_before: u64,
+        rss_after: u64,
+        rss_peak: Option<u64>,
+    },
+    /// The restarted process's own RSS at the end of the idle window, and its peak since it
+    /// started (the start-up list included).
+    Process(Memory),
+}
+
 pub struct Idle {
     pub browsers: usize,
     /// Operator start → every Browser reconciled once, none in flight.
@@ -178,20 +260,13 @@ pub struct Idle {
     pub window: Duration,
     pub idle_reconciles: f64,
     pub idle_cpu: Cpu,
-    /// Live heap bytes with the operator stopped, at the end of the idle window, and at the
-    /// most since the restart.
-    pub heap_before: usize,
-    pub heap_after: usize,
-    pub heap_peak: usize,
-    pub rss_before: u64,
-    pub rss_after: u64,
-    /// Peak RSS since the restart; `None` when the kernel did not reset the peak.
-    pub rss_peak: Option<u64>,
+    pub memory: IdleMemory,
 }
 
 pub struct Report {
     pub setup: Setup,
     pub baseline: Baseline,
+    pub ideal: Ideal,
     pub run: Run,
     pub cost: Cost,
     pub idle: Vec<Idle>,
@@ -226,8 +301,17 @@ fn cpu_json(c: &Cpu) -> Value {
     json!({"operator_s": round(c.operator.as_secs_f64()), "process_s": round(c.process.as_secs_f64())})
 }
 
-fn ratio(x: f64, baseline: f64) -> f64 {
-    if baseline > 0.0 { x / baseline } else { 0.0 }
+fn server_json(c: &Option<ServerCpu>) -> Value {
+    match c {
+        Some(c) => json!({
+            "kube_apiserver_ms": ms(c.apiserver), "etcd_ms": ms(c.etcd),
+        }),
+        None => Value::Null,
+    }
+}
+
+fn ratio_json(r: Option<f64>) -> Value {
+    r.map_or(Value::Null, |r| json!(round(r)))
 }
 
 fn fmt_ms(d: Duration) -> String {
@@ -243,14 +327,14 @@ fn summary_row(out: &mut String, name: &str, s: &Option<Summary>) {
     let _ = match s {
         Some(s) => writeln!(
             out,
-            "  {name:<44}{:>9}{:>9}{:>9}{:>9}{:>7}",
+            "  {name:<50}{:>9}{:>9}{:>9}{:>9}{:>7}",
             fmt_ms(s.p50),
             fmt_ms(s.p90),
             fmt_ms(s.p99),
             fmt_ms(s.max),
             s.count
         ),
-        None => writeln!(out, "  {name:<44}{:>9}", "-"),
+        None => writeln!(out, "  {name:<50}{:>9}", "-"),
     };
 }
 
@@ -266,14 +350,67 @@ fn breakdown(map: &BTreeMap<String, f64>, n: usize) -> String {
         .join(", ")
 }
 
+fn as_f64(map: &BTreeMap<String, u64>) -> BTreeMap<String, f64> {
+    map.iter().map(|(k, v)| (k.clone(), *v as f64)).collect()
+}
+
+fn sum_f64(map: &BTreeMap<String, f64>) -> f64 {
+    // A fold from +0.0: an empty float `sum` is -0.0, which would print as "-0".
+    map.values().fold(0.0, |a, b| a + b)
+}
+
+/// A cell of the comparison table: a figure, or `-`.
+fn cell(x: Option<f64>, digits: usize) -> String {
+    x.map_or("-".to_string(), |x| format!("{x:.digits$}"))
+}
+
+fn p99(s: &Option<Summary>) -> Option<Duration> {
+    s.map(|s| s.p99)
+}
+
+fn ms_f64(d: Option<Duration>) -> Option<f64> {
+    d.map(|d| d.as_secs_f64() * 1000.0)
+}
+
 impl Report {
+    fn duplicate_total(&self) -> Option<u64> {
+        self.cost.duplicates.as_ref().map(|d| d.values().sum())
+    }
+
+    /// The targets, evaluated on this run.
+    pub fn targets(&self) -> Vec<Target> {
+        let (op, ideal) = (&self.run.flow, &self.ideal.flow);
+        let n = op.browsers;
+        let restart_peak_rss = self.idle.last().and_then(|i| match &i.memory {
+            IdleMemory::Process(m) => Some((i.browsers, m.peak)),
+            IdleMemory::InProcess { .. } => None,
+        });
+        targets::evaluate(&Figures {
+            steady: self.run.rate.is_some(),
+            throughput: (op.throughput_pods(), ideal.throughput_pods()),
+            apiserver_cpu: op
+                .server_per_browser()
+                .zip(ideal.server_per_browser())
+                .map(|(o, i)| (o.apiserver, i.apiserver)),
+            to_pod_p99: (p99(&op.to_pod_created), p99(&ideal.to_pod_created)),
+            propagation_p99: (p99(&op.propagation), p99(&ideal.propagation)),
+            seen_running: (op.seen_running, n),
+            writes_per_session: per(self.cost.writes.total(), n),
+            duplicates: self.duplicate_total(),
+            events_per_session: per(self.cost.writes.events, n),
+            restart_peak_rss,
+        })
+    }
+
     pub fn table(&self) -> String {
         let mut out = String::new();
         let s = &self.setup;
         let b = &self.baseline;
+        let ideal = &self.ideal.flow;
         let r = &self.run;
+        let op = &r.flow;
         let c = &self.cost;
-        let n = r.browsers;
+        let n = op.browsers;
         let rate = s
             .rate
             .map_or("all at once".to_string(), |r| format!("{r} Browsers/s"));
@@ -290,6 +427,7 @@ impl Report {
             }
         );
         let _ = writeln!(out, "  API server    {}", s.backend);
+        let _ = writeln!(out, "  operator      {}", s.operator);
         let _ = writeln!(
             out,
             "  kubelet       simulator, {} per step (bind, Pending, Running)",
@@ -297,130 +435,307 @@ impl Report {
         );
         let _ = writeln!(
             out,
-            "  load          {n} Browsers, client concurrency {}, {rate}; operator --max-workers {workers}; {} worker threads each for operator and benchmark",
+            "  load          {n} Browsers (and bare pods), client concurrency {}, {rate}; operator --max-workers {workers}; {} worker threads for each runtime",
             s.concurrency, s.threads
         );
 
+        // The comparison: bare pods, the ideal client and the operator side by side.
         let _ = writeln!(
             out,
-            "\nbaseline: {} bare pods of the same shape, server-side apply, concurrency {}",
-            b.pods, s.concurrency
+            "\n{:<46}{:>11}{:>11}{:>11}{:>10}{:>10}",
+            "phase", "bare pods", "ideal", "operator", "op/ideal", "op/bare"
         );
-        let _ = writeln!(
-            out,
-            "  pod create throughput   {:.1} pods/s ({} pods in {} ms)",
-            b.throughput,
-            b.pods,
-            fmt_ms(b.elapsed)
-        );
-
-        let _ = writeln!(
-            out,
-            "\n{:<46}{:>9}{:>9}{:>9}{:>9}{:>7}",
-            "latency (ms)", "p50", "p90", "p99", "max", "n"
-        );
-        summary_row(&mut out, "baseline pod create (round trip)", &b.latency);
-        summary_row(&mut out, "Browser create (round trip)", &r.create_latency);
-        summary_row(
-            &mut out,
-            "Browser created -> pod create sent",
-            &r.to_pod_create,
-        );
-        summary_row(
-            &mut out,
-            "pod Running -> Browser Running with podIP",
-            &r.propagation,
-        );
-        summary_row(
-            &mut out,
-            "Browser created -> Running (end to end)",
-            &r.end_to_end,
-        );
-        if r.missing_pod_create > 0 {
+        let row = |out: &mut String,
+                   name: &str,
+                   bare: Option<f64>,
+                   ideal: Option<f64>,
+                   op: Option<f64>,
+                   digits: usize| {
+            let r = |of: Option<f64>| op.zip(of).and_then(|(o, f)| targets::ratio(o, f));
             let _ = writeln!(
                 out,
-                "  ({} Browsers without a recorded pod create)",
-                r.missing_pod_create
+                "  {name:<44}{:>11}{:>11}{:>11}{:>10}{:>10}",
+                cell(bare, digits),
+                cell(ideal, digits),
+                cell(op, digits),
+                cell(r(ideal), 2),
+                cell(r(bare), 2),
+            );
+        };
+        row(
+            &mut out,
+            "pods created per s",
+            Some(b.throughput),
+            Some(ideal.throughput_pods()),
+            Some(op.throughput_pods()),
+            1,
+        );
+        row(
+            &mut out,
+            "Browsers Running per s",
+            None,
+            Some(ideal.throughput_running()),
+            Some(op.throughput_running()),
+            1,
+        );
+        row(
+            &mut out,
+            "p99 created -> pod created, ms",
+            ms_f64(p99(&b.latency)),
+            ms_f64(p99(&ideal.to_pod_created)),
+            ms_f64(p99(&op.to_pod_created)),
+            1,
+        );
+        row(
+            &mut out,
+            "p99 pod Running -> Browser Running, ms",
+            None,
+            ms_f64(p99(&ideal.propagation)),
+            ms_f64(p99(&op.propagation)),
+            1,
+        );
+        let _ = writeln!(
+            out,
+            "  {:<44}{:>11}{:>11}{:>11}",
+            "Browsers seen Running",
+            "-",
+            format!("{}/{}", ideal.seen_running, ideal.browsers),
+            format!("{}/{}", op.seen_running, n),
+        );
+        let server = |f: &Flow, pick: fn(&ServerCpu) -> Duration| {
+            f.server_per_browser()
+                .map(|c| pick(&c).as_secs_f64() * 1000.0)
+        };
+        let bare_server = |pick: fn(&ServerCpu) -> Duration| {
+            b.server_cpu
+                .map(|c| pick(&per_object(&c, b.pods)).as_secs_f64() * 1000.0)
+        };
+        if b.server_cpu.is_some() {
+            row(
+                &mut out,
+                "kube-apiserver CPU per Browser, ms",
+                bare_server(|c| c.apiserver),
+                server(ideal, |c| c.apiserver),
+                server(op, |c| c.apiserver),
+                2,
+            );
+            row(
+                &mut out,
+                "etcd CPU per Browser, ms",
+                bare_server(|c| c.etcd),
+                server(ideal, |c| c.etcd),
+                server(op, |c| c.etcd),
+                2,
+            );
+        } else {
+            let _ = writeln!(
+                out,
+                "  {:<44}{:>11}",
+                "API server CPU per Browser", "not measured (the benchmark did not start it)"
             );
         }
+        row(
+            &mut out,
+            "client CPU per Browser, ms",
+            None,
+            Some(per(
+                ideal.client_cpu.operator.as_secs_f64() * 1000.0,
+                ideal.browsers,
+            )),
+            Some(per(op.client_cpu.operator.as_secs_f64() * 1000.0, n)),
+            2,
+        );
+        let with_deletion = r
+            .server_cpu_with_deletion
+            .map(|c| per_object(&c, n))
+            .map_or("not measured".to_string(), |c| {
+                format!(
+                    "kube-apiserver {} ms, etcd {} ms",
+                    fmt_ms(c.apiserver),
+                    fmt_ms(c.etcd)
+                )
+            });
+        let _ = writeln!(
+            out,
+            "  (from the first create sent to the last pod seen / Browser Running; bare pods: to the last create answered;\n   CPU to the last Browser Running, 10 ms resolution; operator per Browser including deletion: {with_deletion})"
+        );
 
         let _ = writeln!(
             out,
-            "\n{:<46}{:>12}{:>12}",
-            "throughput", "Browsers/s", "x baseline"
+            "\n{:<52}{:>9}{:>9}{:>9}{:>9}{:>7}",
+            "latency (ms)", "p50", "p90", "p99", "max", "n"
+        );
+        summary_row(&mut out, "bare pod create (round trip)", &b.latency);
+        summary_row(
+            &mut out,
+            "ideal: Browser created -> pod created",
+            &ideal.to_pod_created,
+        );
+        summary_row(
+            &mut out,
+            "ideal: pod Running -> Browser Running",
+            &ideal.propagation,
+        );
+        summary_row(
+            &mut out,
+            "ideal: Browser created -> Running",
+            &ideal.end_to_end,
+        );
+        summary_row(
+            &mut out,
+            "operator: Browser create (round trip)",
+            &op.create_latency,
+        );
+        if op.to_pod_sent.is_some() {
+            summary_row(
+                &mut out,
+                "operator: Browser created -> pod create sent",
+                &op.to_pod_sent,
+            );
+        }
+        summary_row(
+            &mut out,
+            "operator: Browser created -> pod created",
+            &op.to_pod_created,
+        );
+        summary_row(
+            &mut out,
+            "operator: pod Running -> Browser Running",
+            &op.propagation,
+        );
+        summary_row(
+            &mut out,
+            "operator: Browser created -> Running",
+            &op.end_to_end,
         );
         let _ = writeln!(
             out,
-            "  {:<44}{:>12.1}{:>12.2}",
-            format!("to every pod create sent ({} ms)", fmt_ms(r.to_pods)),
-            r.throughput_pods,
-            ratio(r.throughput_pods, b.throughput)
+            "  (pod created, pod and Browser Running: the first event of the benchmark's own watches showing it)"
         );
-        let _ = writeln!(
-            out,
-            "  {:<44}{:>12.1}{:>12.2}",
-            format!("to every Browser Running ({} ms)", fmt_ms(r.to_running)),
-            r.throughput_running,
-            ratio(r.throughput_running, b.throughput)
-        );
+        if op.pods_seen < n {
+            let _ = writeln!(out, "  ({} Browsers without a pod seen)", n - op.pods_seen);
+        }
 
         let gone = |d: Option<Duration>| d.map_or("-".to_string(), |d| format!("{} ms", fmt_ms(d)));
-        let _ = writeln!(out, "\ndeleting all {n} Browsers");
-        let _ = writeln!(out, "  until zero Browsers     {}", gone(r.delete_browsers));
-        let _ = writeln!(out, "  until zero pods         {}", gone(r.delete_pods));
+        let _ = writeln!(
+            out,
+            "\ndeleting all {n} Browsers: zero Browsers after {}, zero pods after {}",
+            gone(r.delete_browsers),
+            gone(r.delete_pods)
+        );
 
         let _ = writeln!(
             out,
-            "\ncost per Browser (created, Running, deleted by the client)"
+            "\nwrites per session (Browser created, Running, deleted by the client)"
         );
         let _ = writeln!(
             out,
-            "  API writes to Browsers and pods     {:.2}  [{}]",
+            "  operator       {:.2}  [{}]; until Running {:.2}",
             per(c.writes.total(), n),
-            breakdown(&c.writes.lifecycle, n)
-        );
-        let _ = writeln!(
-            out,
-            "    of them until Running            {:.2}",
+            breakdown(&c.writes.lifecycle, n),
             per(c.writes_running.total(), n)
         );
+        let duplicates = |d: &BTreeMap<String, u64>| {
+            if d.is_empty() {
+                "none".to_string()
+            } else {
+                d.iter()
+                    .map(|(k, v)| format!("{k} {v}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            }
+        };
         let _ = writeln!(
             out,
-            "  Events                              {:.2}",
-            per(c.writes.events, n)
+            "                 Events {:.2}; duplicates (whole run): {}",
+            per(c.writes.events, n),
+            c.duplicates.as_ref().map_or(
+                "not measured (no request log of a separate process)".to_string(),
+                duplicates
+            )
         );
+        let ideal_writes = as_f64(&self.ideal.writes);
+        let _ = writeln!(
+            out,
+            "  ideal client   {:.2}  [{}]; duplicates: {}",
+            per(sum_f64(&ideal_writes), ideal.browsers),
+            breakdown(&ideal_writes, ideal.browsers),
+            duplicates(&self.ideal.duplicates)
+        );
+        let _ = writeln!(
+            out,
+            "  (duplicates: writes of one verb to one Browser or pod beyond what a session needs: two status applies, one of anything else)"
+        );
+
+        let _ = writeln!(out, "\noperator cost per Browser");
         let _ = writeln!(
             out,
             "  reconciles                          {:.2}  ({:.2} until Running)",
             per(c.reconciles, n),
             per(c.reconciles_running, n)
         );
-        let (per_browser, fixed) = c.requests_split();
+        if let Some(requests) = &c.requests {
+            let (per_browser, fixed) = Cost::requests_split(requests);
+            let _ = writeln!(
+                out,
+                "  requests to Browsers, pods, Events  {:.2}  [{}]",
+                per(sum_f64(&per_browser), n),
+                breakdown(&per_browser, n)
+            );
+            let _ = writeln!(
+                out,
+                "  other requests (whole run)          {}",
+                fixed
+                    .iter()
+                    .map(|(k, v)| format!("{k} {v}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
         let _ = writeln!(
             out,
-            "  requests to Browsers, pods, Events  {:.2}  [{}]",
-            per(per_browser.values().fold(0.0, |a, b| a + b), n),
-            breakdown(&per_browser, n)
-        );
-        let _ = writeln!(
-            out,
-            "  other requests (whole run)          {}",
-            fixed
-                .iter()
-                .map(|(k, v)| format!("{k} {v}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
-        let _ = writeln!(
-            out,
-            "  operator CPU                        {:.2} ms until Running, {:.2} ms deleting (whole process: {:.2} / {:.2} ms)",
-            per(c.cpu_provision.operator.as_secs_f64() * 1000.0, n),
+            "  operator CPU                        {:.2} ms until Running, {:.2} ms deleting (benchmark process: {:.2} / {:.2} ms)",
+            per(op.client_cpu.operator.as_secs_f64() * 1000.0, n),
             per(c.cpu_delete.operator.as_secs_f64() * 1000.0, n),
-            per(c.cpu_provision.process.as_secs_f64() * 1000.0, n),
+            per(op.client_cpu.process.as_secs_f64() * 1000.0, n),
             per(c.cpu_delete.process.as_secs_f64() * 1000.0, n),
         );
+        if let Some(m) = &c.memory {
+            let _ = writeln!(
+                out,
+                "  operator process memory             RSS {:.1} MiB, peak {:.1} MiB (end of the run)",
+                mib(m.rss as f64),
+                mib(m.peak as f64)
+            );
+        }
 
         if !self.idle.is_empty() {
+            self.idle_table(&mut out);
+        }
+
+        let _ = writeln!(
+            out,
+            "\ntargets (information only: the benchmark never fails on them)"
+        );
+        for t in self.targets() {
+            let _ = writeln!(
+                out,
+                "  {:<5} {:<40} {:<38} {}",
+                t.verdict(),
+                t.what,
+                t.goal,
+                t.measured
+            );
+        }
+        out
+    }
+
+    fn idle_table(&self, out: &mut String) {
+        let in_process = matches!(
+            self.idle.first().map(|i| &i.memory),
+            Some(IdleMemory::InProcess { .. })
+        );
+        if in_process {
             let _ = writeln!(
                 out,
                 "\nidle: operator restarted over N Running Browsers and their pods (writes: to Browsers and pods; config: BrowserConfig status writes; heap: bytes live in the process; RSS: whole process)"
@@ -442,106 +757,149 @@ impl Report {
                 "idle CPU op",
                 "idle CPU all"
             );
-            for i in &self.idle {
-                let heap = delta(i.heap_after as f64, i.heap_before as f64);
-                let window = i.window.as_secs_f64().max(f64::EPSILON);
-                let _ = writeln!(
+        } else {
+            let _ = writeln!(
+                out,
+                "\nidle: operator process restarted over N Running Browsers and their pods (writes: to Browsers and pods; config: BrowserConfig status writes; RSS and peak RSS of the restarted process, the start-up list included)"
+            );
+            let _ = writeln!(
+                out,
+                "  {:>6}{:>10}{:>8}{:>8}{:>8}{:>10}{:>11}{:>13}",
+                "N", "ready ms", "writes", "config", "events", "RSS MiB", "peak MiB", "idle CPU op"
+            );
+        }
+        for i in &self.idle {
+            let window = i.window.as_secs_f64().max(f64::EPSILON);
+            let idle_op = 100.0 * i.idle_cpu.operator.as_secs_f64() / window;
+            let head = format!(
+                "  {:>6}{:>10}{:>8}{:>8}{:>8}",
+                i.browsers,
+                fmt_ms(i.sync),
+                i.writes.total(),
+                i.writes.config_status,
+                i.writes.events
+            );
+            let _ = match &i.memory {
+                IdleMemory::InProcess {
+                    heap_before,
+                    heap_after,
+                    heap_peak,
+                    rss_before,
+                    rss_after,
+                    rss_peak,
+                } => {
+                    let heap = delta(*heap_after as f64, *heap_before as f64);
+                    writeln!(
+                        out,
+                        "{head}{:>11.2}{:>13.2}{:>11.2}{:>10.2}{:>11}{:>10.1}{:>12.2}%{:>12.2}%",
+                        mib(heap),
+                        per(heap, i.browsers) / 1024.0,
+                        mib(delta(*heap_peak as f64, *heap_before as f64)),
+                        mib(delta(*rss_after as f64, *rss_before as f64)),
+                        rss_peak.map_or("-".to_string(), |p| format!(
+                            "{:.2}",
+                            mib(delta(p as f64, *rss_before as f64))
+                        )),
+                        mib(*rss_after as f64),
+                        idle_op,
+                        100.0 * i.idle_cpu.process.as_secs_f64() / window,
+                    )
+                }
+                IdleMemory::Process(m) => writeln!(
                     out,
-                    "  {:>6}{:>10}{:>8}{:>8}{:>8}{:>11.2}{:>13.2}{:>11.2}{:>10.2}{:>11}{:>10.1}{:>12.2}%{:>12.2}%",
-                    i.browsers,
-                    fmt_ms(i.sync),
-                    i.writes.total(),
-                    i.writes.config_status,
-                    i.writes.events,
-                    mib(heap),
-                    per(heap, i.browsers) / 1024.0,
-                    mib(delta(i.heap_peak as f64, i.heap_before as f64)),
-                    mib(delta(i.rss_after as f64, i.rss_before as f64)),
-                    i.rss_peak.map_or("-".to_string(), |p| format!(
-                        "{:.2}",
-                        mib(delta(p as f64, i.rss_before as f64))
-                    )),
-                    mib(i.rss_after as f64),
-                    100.0 * i.idle_cpu.operator.as_secs_f64() / window,
-                    100.0 * i.idle_cpu.process.as_secs_f64() / window,
-                );
-            }
-            for pair in self.idle.windows(2) {
-                let (a, b) = (&pair[0], &pair[1]);
-                let more = (b.browsers - a.browsers) as f64;
-                let growth = |x: f64, y: f64| (x - y) / more / 1024.0;
-                let _ = writeln!(
+                    "{head}{:>10.1}{:>11.1}{:>12.2}%",
+                    mib(m.rss as f64),
+                    mib(m.peak as f64),
+                    idle_op,
+                ),
+            };
+        }
+        for pair in self.idle.windows(2) {
+            let (a, b) = (&pair[0], &pair[1]);
+            let more = (b.browsers - a.browsers) as f64;
+            let growth = |x: f64, y: f64| (x - y) / more / 1024.0;
+            let _ = match (&a.memory, &b.memory) {
+                (
+                    IdleMemory::InProcess {
+                        heap_before: ab,
+                        heap_after: aa,
+                        rss_before: rb,
+                        rss_after: ra,
+                        ..
+                    },
+                    IdleMemory::InProcess {
+                        heap_before: bb,
+                        heap_after: ba,
+                        rss_before: sb,
+                        rss_after: sa,
+                        ..
+                    },
+                ) => writeln!(
                     out,
                     "  from N={} to N={}: heap +{:.2} KiB, RSS +{:.2} KiB per additional Browser",
                     a.browsers,
                     b.browsers,
-                    growth(
-                        b.heap_after as f64 - b.heap_before as f64,
-                        a.heap_after as f64 - a.heap_before as f64
-                    ),
-                    growth(
-                        b.rss_after as f64 - b.rss_before as f64,
-                        a.rss_after as f64 - a.rss_before as f64
-                    ),
-                );
-            }
-            let _ = writeln!(
-                out,
-                "  (start-up CPU of the operator: {}; idle window {} ms; CPU has 10 ms resolution per thread)",
-                self.idle
-                    .iter()
-                    .map(|i| format!("{} ms at N={}", fmt_ms(i.startup_cpu.operator), i.browsers))
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                self.idle
-                    .first()
-                    .map_or("0".to_string(), |i| fmt_ms(i.window))
-            );
+                    growth(*ba as f64 - *bb as f64, *aa as f64 - *ab as f64),
+                    growth(*sa as f64 - *sb as f64, *ra as f64 - *rb as f64),
+                ),
+                (IdleMemory::Process(ma), IdleMemory::Process(mb)) => writeln!(
+                    out,
+                    "  from N={} to N={}: RSS +{:.2} KiB, peak RSS +{:.2} KiB per additional Browser",
+                    a.browsers,
+                    b.browsers,
+                    growth(mb.rss as f64, ma.rss as f64),
+                    growth(mb.peak as f64, ma.peak as f64),
+                ),
+                _ => Ok(()),
+            };
         }
-        out
+        let _ = writeln!(
+            out,
+            "  (start-up CPU of the operator: {}; idle window {} ms; CPU has 10 ms resolution per thread)",
+            self.idle
+                .iter()
+                .map(|i| format!("{} ms at N={}", fmt_ms(i.startup_cpu.operator), i.browsers))
+                .collect::<Vec<_>>()
+                .join(", "),
+            self.idle
+                .first()
+                .map_or("0".to_string(), |i| fmt_ms(i.window))
+        );
     }
 
     pub fn to_json(&self) -> Value {
         let s = &self.setup;
         let b = &self.baseline;
         let r = &self.run;
+        let op = &r.flow;
+        let ideal = &self.ideal.flow;
         let c = &self.cost;
-        let n = r.browsers.max(1) as f64;
-        let idle: Vec<Value> = self
-            .idle
+        let n = op.browsers.max(1) as f64;
+        let idle: Vec<Value> = self.idle.iter().map(idle_json).collect();
+        let server_ratio = |of: Option<ServerCpu>| {
+            op.server_per_browser().zip(of).and_then(|(o, f)| {
+                targets::ratio(o.apiserver.as_secs_f64(), f.apiserver.as_secs_f64())
+            })
+        };
+        let p99_ratio = |a: &Option<Summary>, b: &Option<Summary>| {
+            p99(a)
+                .zip(p99(b))
+                .and_then(|(a, b)| targets::ratio(a.as_secs_f64(), b.as_secs_f64()))
+        };
+        let targets: Vec<Value> = self
+            .targets()
             .iter()
-            .map(|i| {
-                let heap = delta(i.heap_after as f64, i.heap_before as f64);
-                let count = i.browsers.max(1) as f64;
+            .map(|t| {
                 json!({
-                    "browsers": i.browsers,
-                    "ready_ms": ms(i.sync),
-                    "startup_cpu": cpu_json(&i.startup_cpu),
-                    "writes": i.writes.to_json(1.0),
-                    "idle_window_ms": ms(i.window),
-                    "idle_reconciles": i.idle_reconciles,
-                    "idle_cpu": cpu_json(&i.idle_cpu),
-                    "idle_cpu_fraction_of_a_core": {
-                        "operator": round(i.idle_cpu.operator.as_secs_f64() / i.window.as_secs_f64().max(f64::EPSILON)),
-                        "process": round(i.idle_cpu.process.as_secs_f64() / i.window.as_secs_f64().max(f64::EPSILON)),
-                    },
-                    "heap_bytes": {
-                        "before": i.heap_before, "after": i.heap_after, "peak": i.heap_peak,
-                        "growth": heap, "growth_per_browser": round(heap / count),
-                        "peak_growth": delta(i.heap_peak as f64, i.heap_before as f64),
-                    },
-                    "rss_bytes": {
-                        "before": i.rss_before, "after": i.rss_after, "peak_since_restart": i.rss_peak,
-                        "growth": delta(i.rss_after as f64, i.rss_before as f64),
-                        "growth_per_browser": round(delta(i.rss_after as f64, i.rss_before as f64) / count),
-                        "peak_growth": i.rss_peak.map(|p| delta(p as f64, i.rss_before as f64)),
-                    },
+                    "target": t.what, "goal": t.goal, "measured": t.measured,
+                    "met": t.met,
                 })
             })
             .collect();
         json!({
             "setup": {
                 "api_server": s.backend,
+                "operator": s.operator,
                 "browsers": s.browsers,
                 "concurrency": s.concurrency,
                 "rate_per_second": s.rate,
@@ -555,42 +913,144 @@ impl Report {
                 "elapsed_ms": ms(b.elapsed),
                 "pod_create_throughput_per_second": round(b.throughput),
                 "pod_create_latency": summary_json(&b.latency),
+                "server_cpu": server_json(&b.server_cpu),
+                "server_cpu_per_pod": server_json(&b.server_cpu.map(|c| per_object(&c, b.pods))),
+            },
+            "ideal_client": {
+                "flow": flow_json(ideal),
+                "writes_per_browser": per_browser_json(&self.ideal.writes, ideal.browsers),
+                "duplicates": self.ideal.duplicates,
             },
             "operator": {
-                "browsers": r.browsers,
+                "browsers": op.browsers,
                 "rate_per_second": r.rate,
-                "latency": {
-                    "browser_create": summary_json(&r.create_latency),
-                    "created_to_pod_create_sent": summary_json(&r.to_pod_create),
-                    "pod_running_to_browser_running": summary_json(&r.propagation),
-                    "created_to_running": summary_json(&r.end_to_end),
-                },
-                "missing_pod_create": r.missing_pod_create,
-                "throughput": {
-                    "to_pod_create_per_second": round(r.throughput_pods),
-                    "to_pod_create_ratio_to_baseline": round(ratio(r.throughput_pods, b.throughput)),
-                    "to_running_per_second": round(r.throughput_running),
-                    "to_running_ratio_to_baseline": round(ratio(r.throughput_running, b.throughput)),
-                    "to_pod_create_ms": ms(r.to_pods),
-                    "to_running_ms": ms(r.to_running),
-                },
+                "flow": flow_json(op),
                 "delete": {
                     "to_zero_browsers_ms": r.delete_browsers.map(ms),
                     "to_zero_pods_ms": r.delete_pods.map(ms),
+                },
+                "server_cpu_with_deletion": server_json(&r.server_cpu_with_deletion),
+                "server_cpu_per_browser_with_deletion": server_json(&r.server_cpu_with_deletion.map(|c| per_object(&c, op.browsers))),
+            },
+            "ratios": {
+                "pods_created_per_second": {
+                    "to_ideal_client": ratio_json(targets::ratio(op.throughput_pods(), ideal.throughput_pods())),
+                    "to_bare_pods": ratio_json(targets::ratio(op.throughput_pods(), b.throughput)),
+                },
+                "browsers_running_per_second_to_ideal_client": ratio_json(targets::ratio(op.throughput_running(), ideal.throughput_running())),
+                "p99_created_to_pod_created": {
+                    "to_ideal_client": ratio_json(p99_ratio(&op.to_pod_created, &ideal.to_pod_created)),
+                    "to_bare_pod_create": ratio_json(p99_ratio(&op.to_pod_created, &b.latency)),
+                },
+                "p99_pod_running_to_browser_running_to_ideal_client": ratio_json(p99_ratio(&op.propagation, &ideal.propagation)),
+                "kube_apiserver_cpu_per_browser": {
+                    "to_ideal_client": ratio_json(server_ratio(ideal.server_per_browser())),
+                    "to_bare_pods": ratio_json(server_ratio(b.server_cpu.map(|c| per_object(&c, b.pods)))),
                 },
             },
             "cost_per_browser": {
                 "writes": c.writes.to_json(n),
                 "writes_until_running": c.writes_running.to_json(n),
+                "duplicates": c.duplicates,
                 "reconciles": round(c.reconciles / n),
                 "reconciles_until_running": round(c.reconciles_running / n),
                 "requests_total": c.requests,
-                "operator_cpu_ms_until_running": round(c.cpu_provision.operator.as_secs_f64() * 1000.0 / n),
+                "operator_cpu_ms_until_running": round(op.client_cpu.operator.as_secs_f64() * 1000.0 / n),
                 "operator_cpu_ms_deleting": round(c.cpu_delete.operator.as_secs_f64() * 1000.0 / n),
-                "process_cpu_ms_until_running": round(c.cpu_provision.process.as_secs_f64() * 1000.0 / n),
-                "process_cpu_ms_deleting": round(c.cpu_delete.process.as_secs_f64() * 1000.0 / n),
+                "benchmark_process_cpu_ms_until_running": round(op.client_cpu.process.as_secs_f64() * 1000.0 / n),
+                "benchmark_process_cpu_ms_deleting": round(c.cpu_delete.process.as_secs_f64() * 1000.0 / n),
+                "operator_process_memory_bytes": c.memory.map(|m| json!({"rss": m.rss, "peak": m.peak})),
             },
+            "targets": targets,
             "idle": idle,
         })
     }
+}
+
+fn flow_json(f: &Flow) -> Value {
+    let n = f.browsers.max(1) as f64;
+    json!({
+        "browsers": f.browsers,
+        "latency": {
+            "browser_create": summary_json(&f.create_latency),
+            "created_to_pod_created": summary_json(&f.to_pod_created),
+            "created_to_pod_create_sent": summary_json(&f.to_pod_sent),
+            "pod_running_to_browser_running": summary_json(&f.propagation),
+            "created_to_running": summary_json(&f.end_to_end),
+        },
+        "pods_seen": f.pods_seen,
+        "browsers_seen_running": f.seen_running,
+        "share_seen_running": round(f.seen_running as f64 / n),
+        "throughput": {
+            "pods_created_per_second": round(f.throughput_pods()),
+            "browsers_running_per_second": round(f.throughput_running()),
+            "to_last_pod_created_ms": ms(f.to_pods),
+            "to_last_running_ms": ms(f.to_running),
+        },
+        "server_cpu": server_json(&f.server_cpu),
+        "server_cpu_per_browser": server_json(&f.server_per_browser()),
+        "client_cpu": cpu_json(&f.client_cpu),
+        "client_cpu_ms_per_browser": round(f.client_cpu.operator.as_secs_f64() * 1000.0 / n),
+    })
+}
+
+fn per_browser_json(map: &BTreeMap<String, u64>, n: usize) -> Value {
+    let by: serde_json::Map<String, Value> = map
+        .iter()
+        .map(|(k, v)| (k.clone(), json!(round(per(*v as f64, n)))))
+        .collect();
+    json!({
+        "total": round(per(map.values().sum::<u64>() as f64, n)),
+        "by_verb_and_resource": by,
+    })
+}
+
+fn idle_json(i: &Idle) -> Value {
+    let count = i.browsers.max(1) as f64;
+    let window = i.window.as_secs_f64().max(f64::EPSILON);
+    let memory = match &i.memory {
+        IdleMemory::InProcess {
+            heap_before,
+            heap_after,
+            heap_peak,
+            rss_before,
+            rss_after,
+            rss_peak,
+        } => {
+            let heap = delta(*heap_after as f64, *heap_before as f64);
+            let rss = delta(*rss_after as f64, *rss_before as f64);
+            json!({
+                "heap_bytes": {
+                    "before": heap_before, "after": heap_after, "peak": heap_peak,
+                    "growth": heap, "growth_per_browser": round(heap / count),
+                    "peak_growth": delta(*heap_peak as f64, *heap_before as f64),
+                },
+                "rss_bytes": {
+                    "before": rss_before, "after": rss_after, "peak_since_restart": rss_peak,
+                    "growth": rss, "growth_per_browser": round(rss / count),
+                    "peak_growth": rss_peak.map(|p| delta(p as f64, *rss_before as f64)),
+                },
+            })
+        }
+        IdleMemory::Process(m) => json!({
+            "operator_process_rss_bytes": {"rss": m.rss, "peak_since_start": m.peak},
+        }),
+    };
+    let mut value = json!({
+        "browsers": i.browsers,
+        "ready_ms": ms(i.sync),
+        "startup_cpu": cpu_json(&i.startup_cpu),
+        "writes": i.writes.to_json(1.0),
+        "idle_window_ms": ms(i.window),
+        "idle_reconciles": i.idle_reconciles,
+        "idle_cpu": cpu_json(&i.idle_cpu),
+        "idle_cpu_fraction_of_a_core": {
+            "operator": round(i.idle_cpu.operator.as_secs_f64() / window),
+            "process": round(i.idle_cpu.process.as_secs_f64() / window),
+        },
+    });
+    if let (Some(v), Value::Object(m)) = (value.as_object_mut(), memory) {
+        v.extend(m);
+    }
+    value
 }

@@ -1,5 +1,6 @@
-//! The operator's requests as its client sent them: counted by verb and resource the way
-//! the API server's audit log names them, and the moment of each pod create.
+//! A client's requests as it sent them: counted by verb and resource the way the API server's
+//! audit log names them, writes counted per object (for duplicates), and the moment of each
+//! pod create.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, PoisonError};
@@ -7,8 +8,8 @@ use std::sync::{Mutex, PoisonError};
 use http::{Method, Uri};
 use tokio::time::Instant;
 
-/// What the operator sent: requests counted by verb and resource, and when it sent each
-/// pod create (server-side apply of a pod, not a dry run).
+/// What a client sent: requests counted by verb and resource, writes per object, and when it
+/// sent each pod create (server-side apply of a pod, not a dry run).
 #[derive(Default)]
 pub struct RequestLog {
     inner: Mutex<LogInner>,
@@ -18,6 +19,8 @@ pub struct RequestLog {
 struct LogInner {
     counts: BTreeMap<String, u64>,
     pod_applies: HashMap<String, Instant>,
+    /// Writes to named objects: `verb resource` → `namespace/name` → count.
+    writes: BTreeMap<String, HashMap<String, u32>>,
 }
 
 /// A request as the API server's audit log would name it.
@@ -101,7 +104,17 @@ impl RequestLog {
         } else {
             format!("{} {}", c.verb, c.resource)
         };
-        *inner.counts.entry(key).or_default() += 1;
+        *inner.counts.entry(key.clone()).or_default() += 1;
+        if is_write(&c.verb)
+            && let (Some(ns), Some(name)) = (&c.namespace, &c.name)
+        {
+            *inner
+                .writes
+                .entry(key)
+                .or_default()
+                .entry(format!("{ns}/{name}"))
+                .or_default() += 1;
+        }
         if c.verb == "apply"
             && c.resource == "pods"
             && let (Some(ns), Some(name)) = (c.namespace, c.name)
@@ -125,4 +138,37 @@ impl RequestLog {
     pub fn counts(&self) -> BTreeMap<String, u64> {
         self.lock().counts.clone()
     }
+
+    /// Writes to single objects beyond what the path needs ([`needed_writes`]), by
+    /// `verb resource`: for each object, the writes of one verb to one resource past that
+    /// number. Keys without any are left out.
+    pub fn duplicates(&self) -> BTreeMap<String, u64> {
+        self.lock()
+            .writes
+            .iter()
+            .filter_map(|(key, objects)| {
+                let needed = needed_writes(key);
+                let extra: u64 = objects
+                    .values()
+                    .map(|&n| u64::from(n.saturating_sub(needed)))
+                    .sum();
+                (extra > 0).then(|| (key.clone(), extra))
+            })
+            .collect()
+    }
+}
+
+/// Whether a verb (as [`classify`] names it) changes something; dry runs store nothing.
+pub fn is_write(verb: &str) -> bool {
+    matches!(
+        verb,
+        "create" | "update" | "apply" | "patch" | "delete" | "deletecollection"
+    )
+}
+
+/// Writes of one `verb resource` to one Browser or pod that a session needs: two status
+/// applies (`Pending` once the pod is created, `Running` with its pod IP), one of everything
+/// else (metadata apply, pod apply, pod delete, Browser delete, finalizer release).
+pub fn needed_writes(key: &str) -> u32 {
+    if key == "apply browsers/status" { 2 } else { 1 }
 }

@@ -1,0 +1,323 @@
+//! The ideal client: a stand-in for a perfect operator on the same API server. For each
+//! Browser of its name prefix it makes exactly the writes of the normal path and nothing else —
+//! the metadata apply (finalizer and labels), the pod apply (owned by the Browser), the status
+//! `Pending`, and once the pod runs with an IP, the status `Running` with `podIP` and
+//! `startTime` — driven by its own watches of Browsers and pods. It holds at most
+//! `concurrency` requests in flight: one per Browser being provisioned, one per Running write.
+//! Nothing is retried: a failed write fails the phase.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use browser_controller::api::keys;
+use futures::{FutureExt, StreamExt};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::core::ApiResource;
+use kube::runtime::{WatchStreamExt, watcher};
+use serde_json::{Value, json};
+use tokio::runtime::Handle;
+use tokio::sync::{Semaphore, oneshot};
+use tokio::task::{JoinHandle, JoinSet};
+
+use crate::cluster::Backend;
+use crate::requests::RequestLog;
+use crate::{BenchError, Fixture, api_error};
+
+/// What the ideal client works on.
+pub struct Scope {
+    pub namespace: String,
+    /// Only Browsers (and pods) whose name starts with this.
+    pub prefix: String,
+    pub concurrency: usize,
+    pub browser: ApiResource,
+    pub pod: ApiResource,
+    pub fixture: Fixture,
+}
+
+/// The ideal client running on a runtime of its own choosing; stopped when dropped.
+pub struct IdealClient {
+    stop: Option<oneshot::Sender<()>>,
+    synced: Option<oneshot::Receiver<()>>,
+    task: JoinHandle<Result<(), BenchError>>,
+    pub log: Arc<RequestLog>,
+}
+
+impl Drop for IdealClient {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+/// Where one Browser is on the normal path.
+enum Progress {
+    /// Metadata, pod and `Pending` being written; the `Running` status to write after them
+    /// when the pod was seen running meanwhile.
+    Creating {
+        running: Option<Value>,
+    },
+    Pending,
+    Running,
+}
+
+/// The writes for Browsers of one namespace, each apply under the operator's field manager.
+struct Writer {
+    browsers: Api<DynamicObject>,
+    pods: Api<DynamicObject>,
+    browser: ApiResource,
+    fixture: Fixture,
+    permits: Semaphore,
+    progress: Mutex<HashMap<String, Progress>>,
+}
+
+fn apply() -> PatchParams {
+    PatchParams::apply(keys::FIELD_MANAGER).force()
+}
+
+impl Writer {
+    fn progress(&self) -> std::sync::MutexGuard<'_, HashMap<String, Progress>> {
+        self.progress.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The head of every Browser apply; the `uid` keeps it from creating a Browser anew.
+    fn header(&self, name: &str, uid: &str) -> Value {
+        json!({
+            "apiVersion": self.browser.api_version,
+            "kind": self.browser.kind,
+            "metadata": {"name": name, "uid": uid},
+        })
+    }
+
+    /// Metadata, pod, `Pending`; then `Running` if the pod already runs.
+    async fn create(&self, browser: DynamicObject) -> Result<(), BenchError> {
+        let _permit = self.permits.acquire().await;
+        let name = browser.metadata.name.clone().unwrap_or_default();
+        let uid = browser.metadata.uid.clone().unwrap_or_default();
+        let spec = |f: &str| browser.data["spec"][f].clone();
+        let mut metadata = self.header(&name, &uid);
+        metadata["metadata"]["labels"] = json!({
+            keys::LABEL_BROWSER: name,
+            keys::LABEL_BROWSER_NAME: spec("browserName"),
+            keys::LABEL_BROWSER_VERSION: spec("browserVersion"),
+        });
+        metadata["metadata"]["finalizers"] = json!([keys::FINALIZER]);
+        self.browsers
+            .patch(&name, &apply(), &Patch::Apply(metadata))
+            .await
+            .map_err(api_error("ideal client: apply Browser metadata"))?;
+        let pod = self.fixture.owned_pod(&name, &uid);
+        self.pods
+            .patch(&name, &apply(), &Patch::Apply(pod))
+            .await
+            .map_err(api_error("ideal client: apply pod"))?;
+        self.status(&name, &uid, json!({"phase": "Pending"}))
+            .await?;
+        let running = {
+            let mut progress = self.progress();
+            match progress.insert(name.clone(), Progress::Pending) {
+                Some(Progress::Creating {
+                    running: Some(status),
+                }) => {
+                    progress.insert(name.clone(), Progress::Running);
+                    Some(status)
+                }
+                _ => None,
+            }
+        };
+        if let Some(status) = running {
+            self.status(&name, &uid, status).await?;
+        }
+        Ok(())
+    }
+
+    async fn running(&self, name: String, uid: String, status: Value) -> Result<(), BenchError> {
+        let _permit = self.permits.acquire().await;
+        self.status(&name, &uid, status).await
+    }
+
+    async fn status(&self, name: &str, uid: &str, status: Value) -> Result<(), BenchError> {
+        let mut body = self.header(name, uid);
+        body["status"] = status;
+        self.browsers
+            .patch_status(name, &apply(), &Patch::Apply(body))
+            .await
+            .map_err(api_error("ideal client: apply Browser status"))?;
+        Ok(())
+    }
+}
+
+/// The `Running` status for a pod that runs with an IP, and the uid of its Browser.
+fn running_status(pod: &DynamicObject) -> Option<(String, Value)> {
+    let status = &pod.data["status"];
+    let ip = status["podIP"].as_str().filter(|ip| !ip.is_empty())?;
+    if status["phase"] != "Running" {
+        return None;
+    }
+    let owner = pod
+        .metadata
+        .owner_references
+        .as_ref()?
+        .iter()
+        .find(|o| o.controller == Some(true))?;
+    let mut running = json!({"phase": "Running", "podIP": ip});
+    if let Some(start) = status.get("startTime").filter(|s| !s.is_null()) {
+        running["startTime"] = start.clone();
+    }
+    Some((owner.uid.clone(), running))
+}
+
+impl IdealClient {
+    /// Starts the client on `runtime` with a recording client of `backend` built there.
+    pub fn start(backend: &Backend, runtime: &Handle, scope: Scope) -> Self {
+        let log = Arc::new(RequestLog::default());
+        let (stop, stopped) = oneshot::channel::<()>();
+        let (synced_tx, synced) = oneshot::channel::<()>();
+        let (backend, task_log) = (backend.clone(), log.clone());
+        let task = runtime.spawn(async move {
+            let client = backend.operator_client(task_log)?;
+            let writer = Arc::new(Writer {
+                browsers: Api::namespaced_with(client.clone(), &scope.namespace, &scope.browser),
+                pods: Api::namespaced_with(client.clone(), &scope.namespace, &scope.pod),
+                browser: scope.browser.clone(),
+                fixture: scope.fixture,
+                permits: Semaphore::new(scope.concurrency),
+                progress: Mutex::new(HashMap::new()),
+            });
+            tokio::select! {
+                _ = stopped => Ok(()),
+                result = run(writer, &scope.prefix, synced_tx) => result,
+            }
+        });
+        IdealClient {
+            stop: Some(stop),
+            synced: Some(synced),
+            task,
+            log,
+        }
+    }
+
+    /// Waits until both watches have listed, as an operator's caches have before it works.
+    pub async fn synced(&mut self) -> Result<(), BenchError> {
+        let Some(synced) = self.synced.take() else {
+            return Ok(());
+        };
+        match tokio::time::timeout(Duration::from_secs(30), synced).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(_)) => self.check(),
+            Err(_) => Err(BenchError::Timeout {
+                what: "the ideal client's watches to list".into(),
+                state: "no complete list".into(),
+            }),
+        }
+    }
+
+    /// An error when the client failed (a write was refused, say).
+    pub fn check(&mut self) -> Result<(), BenchError> {
+        match (&mut self.task).now_or_never() {
+            None => Ok(()),
+            Some(Ok(Ok(()))) => Err(BenchError::Fixture("the ideal client stopped".into())),
+            Some(Ok(Err(e))) => Err(e),
+            Some(Err(e)) => Err(BenchError::Join(e)),
+        }
+    }
+}
+
+enum Seen {
+    Browser(DynamicObject),
+    Pod(DynamicObject),
+    /// A watch completed a list.
+    Listed,
+}
+
+/// Reacts to the watch events until a write fails.
+async fn run(
+    writer: Arc<Writer>,
+    prefix: &str,
+    synced: oneshot::Sender<()>,
+) -> Result<(), BenchError> {
+    // Watch errors are retried by the watchers' backoff; only what exists matters here.
+    fn seen(
+        event: Result<watcher::Event<DynamicObject>, watcher::Error>,
+        kind: fn(DynamicObject) -> Seen,
+    ) -> Option<Seen> {
+        match event {
+            Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => Some(kind(o)),
+            Ok(watcher::Event::InitDone) => Some(Seen::Listed),
+            _ => None,
+        }
+    }
+    let browsers = watcher(writer.browsers.clone(), watcher::Config::default())
+        .default_backoff()
+        .map(|e| seen(e, Seen::Browser))
+        .boxed();
+    let pods = watcher(
+        writer.pods.clone(),
+        watcher::Config::default().labels(&keys::managed_pods_selector()),
+    )
+    .default_backoff()
+    .map(|e| seen(e, Seen::Pod))
+    .boxed();
+    let mut synced = Some(synced);
+    let mut lists = 0;
+    let mut events = futures::stream::select(browsers, pods);
+    let mut writes = JoinSet::new();
+    loop {
+        tokio::select! {
+            event = events.next() => {
+                let Some(event) = event else { return Ok(()) };
+                let Some(object) = event else { continue };
+                if let Seen::Listed = object {
+                    lists += 1;
+                    if lists >= 2 && let Some(tx) = synced.take() {
+                        let _ = tx.send(());
+                    }
+                    continue;
+                }
+                let name = object_name(&object);
+                if !name.starts_with(prefix) {
+                    continue;
+                }
+                match object {
+                    Seen::Browser(browser) => {
+                        if browser.metadata.deletion_timestamp.is_some() {
+                            continue;
+                        }
+                        let mut progress = writer.progress();
+                        if progress.contains_key(&name) {
+                            continue;
+                        }
+                        progress.insert(name, Progress::Creating { running: None });
+                        let writer = writer.clone();
+                        writes.spawn(async move { writer.create(browser).await });
+                    }
+                    Seen::Listed => {}
+                    Seen::Pod(pod) => {
+                        let Some((uid, status)) = running_status(&pod) else { continue };
+                        let mut progress = writer.progress();
+                        match progress.get_mut(&name) {
+                            Some(Progress::Creating { running }) => {
+                                running.get_or_insert(status);
+                            }
+                            Some(p @ Progress::Pending) => {
+                                *p = Progress::Running;
+                                let writer = writer.clone();
+                                writes.spawn(async move { writer.running(name, uid, status).await });
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+            }
+            Some(done) = writes.join_next() => done??,
+        }
+    }
+}
+
+fn object_name(seen: &Seen) -> String {
+    match seen {
+        Seen::Browser(o) | Seen::Pod(o) => o.metadata.name.clone().unwrap_or_default(),
+        Seen::Listed => String::new(),
+    }
+}
