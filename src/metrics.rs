@@ -322,6 +322,11 @@ impl Metrics {
         self.caches.add(Source::Configs(store))
     }
 
+    /// Whether a reconcile is running or waiting for a worker now.
+    pub fn reconciling(&self) -> bool {
+        self.in_flight.get() > 0
+    }
+
     /// Marks a reconcile as running until the guard drops, then records its duration.
     pub fn reconcile_started(&self) -> ReconcileGuard<'_> {
         self.reconciles.inc();

@@ -1,6 +1,7 @@
-//! Events on Browsers, published off the reconcile path at a bounded rate: a burst of
-//! sessions must not spend the API server on Events while their pods and statuses wait.
-//! What does not fit the queue is dropped and counted.
+//! Events on Browsers, published off the reconcile path and after it: a burst of sessions
+//! must not spend the API server on Events while their pods and statuses wait. An Event waits
+//! while reconciles are at work (for a while), goes out at a bounded rate, and is dropped and
+//! counted when it no longer fits the queue or has grown stale waiting.
 
 use std::time::Duration;
 
@@ -21,12 +22,20 @@ use crate::metrics::Metrics;
 /// Events queued for publishing at most; more are dropped.
 const QUEUE: usize = 1024;
 /// Events published per second at most, after a burst of [`BURST`].
-const RATE: f64 = 20.0;
-const BURST: f64 = 50.0;
+const RATE: f64 = 10.0;
+const BURST: f64 = 20.0;
+/// How long an Event waits for the reconciles to pause before it goes out anyway.
+const HOLD: Duration = Duration::from_secs(2);
+/// How often a held Event looks whether the reconciles paused.
+const HOLD_CHECK: Duration = Duration::from_millis(20);
+/// An Event still waiting after this long is dropped: it would tell of a moment long past.
+const STALE: Duration = Duration::from_secs(30);
+
+type Queued = (Event, ObjectReference, Instant);
 
 /// Where reconciles hand their Events.
 pub struct EventSink {
-    tx: mpsc::Sender<(Event, ObjectReference)>,
+    tx: mpsc::Sender<Queued>,
     metrics: Arc<Metrics>,
 }
 
@@ -48,7 +57,11 @@ impl EventSink {
     /// Queues `event` about `reference`; never waits.
     pub fn publish(&self, event: Event, reference: ObjectReference) {
         let warning = event.warning;
-        if self.tx.try_send((event, reference)).is_err() {
+        if self
+            .tx
+            .try_send((event, reference, Instant::now()))
+            .is_err()
+        {
             self.metrics.event_dropped(warning);
             debug!("event queue full; event dropped");
         }
@@ -83,15 +96,18 @@ impl Bucket {
     }
 }
 
-async fn publish(
-    recorder: Recorder,
-    mut rx: mpsc::Receiver<(Event, ObjectReference)>,
-    metrics: Arc<Metrics>,
-) {
+async fn publish(recorder: Recorder, mut rx: mpsc::Receiver<Queued>, metrics: Arc<Metrics>) {
     let mut bucket = Bucket::new(Instant::now());
-    while let Some((event, reference)) = rx.recv().await {
+    while let Some((event, reference, queued)) = rx.recv().await {
+        while metrics.reconciling() && queued.elapsed() < HOLD {
+            tokio::time::sleep(HOLD_CHECK).await;
+        }
         while let Some(wait) = bucket.take(Instant::now()) {
             tokio::time::sleep(wait).await;
+        }
+        if queued.elapsed() > STALE {
+            metrics.event_dropped(event.warning);
+            continue;
         }
         metrics.write("create", "events");
         if let Err(e) = recorder

@@ -47,6 +47,29 @@ fn lock(map: &Mutex<HashMap<Key, Known>>) -> MutexGuard<'_, HashMap<Key, Known>>
     map.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+fn echo(map: &Mutex<HashMap<Key, Known>>, cached: &impl Resource) -> bool {
+    let meta = cached.meta();
+    let (Some(ns), Some(name)) = (meta.namespace.as_deref(), meta.name.as_deref()) else {
+        return false;
+    };
+    let key = key(ns, name);
+    let mut map = lock(map);
+    let Some(Known::Object(ours)) = map.get(&key) else {
+        return false;
+    };
+    if uid(&**ours) != uid(cached) {
+        return false;
+    }
+    match (rv(&**ours), rv(cached)) {
+        (Some(a), Some(b)) if b == a => {
+            map.remove(&key);
+            true
+        }
+        (Some(a), Some(b)) => b < a,
+        _ => false,
+    }
+}
+
 impl Fresher {
     pub(super) fn remember_browser(&self, ns: &str, name: &str, known: Known) {
         lock(&self.browsers).insert(key(ns, name), known);
@@ -54,6 +77,18 @@ impl Fresher {
 
     pub(super) fn remember_pod(&self, ns: &str, name: &str, known: Known) {
         lock(&self.pods).insert(key(ns, name), known);
+    }
+
+    /// Whether a watch event of a Browser only shows what the operator's own last write
+    /// already returned (its echo, or an older version): a reconcile on it would find nothing
+    /// new. The echo itself means the cache caught up, so what was kept of the write goes.
+    pub(super) fn browser_echo(&self, cached: &CachedBrowser) -> bool {
+        echo(&self.browsers, cached)
+    }
+
+    /// [`Fresher::browser_echo`] for pods.
+    pub(super) fn pod_echo(&self, cached: &CachedPod) -> bool {
+        echo(&self.pods, cached)
     }
 
     /// The Browser watch saw the Browser `uid` deleted: nothing of it is needed any more.
@@ -244,6 +279,21 @@ mod tests {
         f.remember_browser("ns", "kept", Known::Object(obj("3", "k")));
         f.retain(|_, name| name == "kept");
         assert_eq!(f.len(), (1, 0));
+    }
+
+    #[test]
+    fn echoes_of_our_writes_and_older_versions_are_told_apart_from_news() {
+        let f = Fresher::default();
+        f.remember_browser("ns", "s1", Known::Object(obj("10", "u")));
+        assert!(f.browser_echo(&browser("9", "u")), "older than our write");
+        assert!(!f.browser_echo(&browser("10", "other")), "another Browser");
+        assert!(f.browser_echo(&browser("10", "u")), "our write's echo");
+        // The cache caught up: what was kept of the write is gone, later changes are news.
+        assert_eq!(f.len(), (0, 0));
+        assert!(!f.browser_echo(&browser("11", "u")));
+        f.remember_pod("ns", "s1", Known::Object(obj("20", "p")));
+        assert!(!f.pod_echo(&pod("21", "p")), "a kubelet's update");
+        assert!(f.pod_echo(&pod("20", "p")));
     }
 
     #[test]

@@ -16,6 +16,7 @@ mod stages;
 pub mod watch;
 
 use std::collections::HashMap;
+use std::future::ready;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -85,7 +86,8 @@ pub struct Shared {
     pub client: Client,
     pub kinds: Kinds,
     pub settings: Settings,
-    pub max_workers: u16,
+    /// Reconciles at work at once (`--max-workers`), granted in the order they asked.
+    workers: tokio::sync::Semaphore,
     pub metrics: Arc<Metrics>,
     pub verdicts: Arc<Verdicts>,
     /// The cluster's Pod schema, which rendered pods are pruned to.
@@ -114,7 +116,7 @@ impl Shared {
             client,
             kinds,
             settings,
-            max_workers,
+            workers: tokio::sync::Semaphore::new(usize::from(max_workers.max(1))),
             metrics,
             verdicts: Arc::new(Verdicts::default()),
             schemas,
@@ -142,6 +144,7 @@ impl Shared {
 /// One watched scope: all namespaces (`None`) or one namespace.
 pub struct Scope {
     shared: Arc<Shared>,
+    browsers: Store<CachedBrowser>,
     pods: Store<CachedPod>,
     configs: Store<DynamicObject>,
     pods_health: Arc<WatchHealth>,
@@ -251,7 +254,10 @@ pub async fn run_scope(
     .reflect(browser_writer)
     .inspect(forget_deleted)
     .inspect(watch::observe(browsers_health, listed(failures.clone())));
-    let browsers = watch::live_changes(browsers, false);
+    // Echoes of the operator's own writes trigger nothing: they tell it nothing new.
+    let echoes = fresher.clone();
+    let browsers = watch::live_changes(browsers, false)
+        .filter(move |b| ready(!b.as_ref().is_ok_and(|b| echoes.browser_echo(b))));
 
     let pods_health = shared.watch_health("pods");
     let pod_writer = Writer::<CachedPod>::new(kinds.pod.clone());
@@ -271,7 +277,9 @@ pub async fn run_scope(
         pods_health.clone(),
         listed(failures.clone()),
     ));
-    let pods = watch::live_changes(pods, true);
+    let echoes = fresher.clone();
+    let pods = watch::live_changes(pods, true)
+        .filter(move |p| ready(!p.as_ref().is_ok_and(|p| echoes.pod_echo(p))));
 
     let configs_health = shared.watch_health("browserconfigs");
     let config_writer = Writer::<DynamicObject>::new(kinds.browserconfig.clone());
@@ -291,6 +299,7 @@ pub async fn run_scope(
 
     let scope = Arc::new(Scope {
         shared: shared.clone(),
+        browsers: browser_reader.clone(),
         pods: pod_reader,
         configs: config_reader,
         pods_health,
@@ -320,7 +329,10 @@ pub async fn run_scope(
             kinds.browserconfig.clone(),
         )
         .reconcile_all_on(listed_rx)
-        .with_config(ControllerConfig::default().concurrency(shared.max_workers))
+        // Every due reconcile starts at once and waits for a worker in the order it came
+        // (`Shared::workers`): kube-runtime's own bound picks among waiting reconciles in no
+        // particular order, which leaves some Browsers of a burst waiting far longer.
+        .with_config(ControllerConfig::default().concurrency(0))
         .graceful_shutdown_on(shutdown)
         .run(reconcile::reconcile, error_policy, scope)
         .for_each(|result| async move {

@@ -57,7 +57,7 @@ pub(super) async fn reconcile(
     async move {
         let _guard = scope.shared.metrics.reconcile_started();
         let key = (ns.clone(), name.clone());
-        let result = reconcile_inner(browser, &scope, &ns, &name).await;
+        let result = reconcile_inner(&scope, &ns, &name).await;
         if result.is_ok() {
             scope.succeeded(&key);
         }
@@ -67,12 +67,7 @@ pub(super) async fn reconcile(
     .await
 }
 
-async fn reconcile_inner(
-    browser: Arc<CachedBrowser>,
-    scope: &Scope,
-    ns: &str,
-    name: &str,
-) -> Result<Action, ReconcileError> {
+async fn reconcile_inner(scope: &Scope, ns: &str, name: &str) -> Result<Action, ReconcileError> {
     let shared = &scope.shared;
     // No decision before the stores are complete: no spurious ConfigNotFound at start-up.
     if !scope.configs_health.synced().await {
@@ -81,6 +76,16 @@ async fn reconcile_inner(
     if !scope.pods_health.synced().await {
         return Err(ReconcileError::StoreClosed("Pod"));
     }
+    let _worker = shared
+        .workers
+        .acquire()
+        .await
+        .map_err(|_| ReconcileError::StoreClosed("worker"))?;
+    // The Browser as the cache has it now, after the wait for a worker (gone: nothing to do).
+    let browser_ref = ObjectRef::new_with(name, shared.kinds.browser.clone()).within(ns);
+    let Some(browser) = scope.browsers.get(&browser_ref) else {
+        return Ok(Action::await_change());
+    };
     // Let go of already: the cache still shows it.
     let Some(browser) = scope
         .fresher
