@@ -1,7 +1,9 @@
-//! What the watch caches hold of Browsers and pods: the metadata decisions read, and spec and
-//! status as compact JSON text. A `serde_json::Value` tree costs about seven times its JSON
-//! text, and thousands of cached Browsers with their pods are most of the operator's memory;
-//! a reconcile turns the one Browser and pod it needs back into objects.
+//! What the watch caches hold of Browsers and pods: the metadata, spec and status decisions
+//! read, as compact JSON text, with only what identifies the object (name, namespace, uid,
+//! resourceVersion) and the few fields that triggers and gauges read kept apart. A
+//! `serde_json::Value` tree, or a typed map of labels, costs several times its JSON text, and
+//! thousands of cached Browsers with their pods are most of the operator's memory; a reconcile
+//! turns the one Browser and pod it needs back into objects.
 //!
 //! Pods are cut down while they are read off the wire to what decisions, the Browser status
 //! and the startup metrics read: container names and ports, the restart policies of init
@@ -19,21 +21,34 @@ use kube::core::{ApiResource, DynamicResourceScope, Resource};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Value, json};
 
+use crate::api::keys;
+
 /// The metadata the operator reads, as it comes over the wire (everything else is skipped
 /// without being built).
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Serialize, Default)]
 #[serde(rename_all = "camelCase", default)]
 struct Meta {
+    #[serde(skip_serializing_if = "Option::is_none")]
     name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     namespace: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     uid: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     resource_version: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     creation_timestamp: Option<Time>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     deletion_timestamp: Option<Time>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     deletion_grace_period_seconds: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     labels: Option<BTreeMap<String, String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     annotations: Option<BTreeMap<String, String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     finalizers: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     owner_references: Option<Vec<OwnerReference>>,
 }
 
@@ -42,9 +57,11 @@ struct Meta {
 const SKIPPED_ANNOTATIONS: &str = "kubectl.kubernetes.io/";
 
 impl Meta {
-    fn into_object_meta(self, annotations: bool) -> ObjectMeta {
-        let annotations = self
+    /// Keeps only the annotations something reads (`annotations: false`: none).
+    fn keep_annotations(&mut self, annotations: bool) {
+        self.annotations = self
             .annotations
+            .take()
             .filter(|_| annotations)
             .map(|a| {
                 a.into_iter()
@@ -52,34 +69,42 @@ impl Meta {
                     .collect::<BTreeMap<_, _>>()
             })
             .filter(|a| !a.is_empty());
+    }
+
+    /// What identifies the object, for the cache's keys and the `Resource` trait.
+    fn identity(&self) -> ObjectMeta {
         ObjectMeta {
-            name: self.name,
-            namespace: self.namespace,
-            uid: self.uid,
-            resource_version: self.resource_version,
-            creation_timestamp: self.creation_timestamp,
-            deletion_timestamp: self.deletion_timestamp,
-            deletion_grace_period_seconds: self.deletion_grace_period_seconds,
-            labels: self.labels,
-            annotations,
-            finalizers: self.finalizers,
-            owner_references: self.owner_references,
+            name: self.name.clone(),
+            namespace: self.namespace.clone(),
+            uid: self.uid.clone(),
+            resource_version: self.resource_version.clone(),
             ..ObjectMeta::default()
         }
     }
 }
 
-/// The object as decisions take it: types, metadata, and `data` (spec, status) parsed back.
-fn object(metadata: &ObjectMeta, data: &str, ar: &ApiResource) -> DynamicObject {
-    DynamicObject {
-        types: Some(TypeMeta {
-            api_version: ar.api_version.clone(),
-            kind: ar.kind.clone(),
-        }),
-        metadata: metadata.clone(),
-        // Written by `to_string` from a `Value` a moment ago: it parses.
-        data: serde_json::from_str(data).unwrap_or(Value::Null),
+/// The JSON text of the object's metadata, spec and status (those present).
+fn text(meta: &Meta, spec: &impl Serialize, status: &impl Serialize) -> Box<str> {
+    let mut object = json!({"metadata": meta, "spec": spec, "status": status});
+    if let Some(fields) = object.as_object_mut() {
+        fields.retain(|_, v| !v.is_null());
     }
+    object.to_string().into_boxed_str()
+}
+
+/// The object as decisions take it, from its text.
+fn object(text: &str, ar: &ApiResource) -> DynamicObject {
+    // Written by `text` from serializable values: it parses.
+    let mut object: DynamicObject = serde_json::from_str(text).unwrap_or_else(|_| DynamicObject {
+        types: None,
+        metadata: ObjectMeta::default(),
+        data: json!({}),
+    });
+    object.types = Some(TypeMeta {
+        api_version: ar.api_version.clone(),
+        kind: ar.kind.clone(),
+    });
+    object
 }
 
 macro_rules! dynamic_resource {
@@ -119,16 +144,18 @@ macro_rules! dynamic_resource {
     };
 }
 
-/// A cached Browser: its metadata, spec and status (as JSON text), and the few fields the
-/// gauges and triggers read of them.
+/// A cached Browser: what identifies it, its metadata, spec and status (as JSON text), and the
+/// few fields the gauges and triggers read of them.
 #[derive(Clone, Debug)]
 pub struct CachedBrowser {
+    /// Name, namespace, uid and resourceVersion only; the rest is in `text`.
     pub metadata: ObjectMeta,
-    /// `{"spec": …, "status": …}`
-    data: Box<str>,
+    /// `{"metadata": …, "spec": …, "status": …}`
+    text: Box<str>,
     browser_name: Option<Box<str>>,
     browser_version: Option<Box<str>>,
     phase: Option<Box<str>>,
+    deleting: bool,
 }
 
 dynamic_resource!(CachedBrowser);
@@ -144,20 +171,16 @@ impl<'de> Deserialize<'de> for CachedBrowser {
             #[serde(default)]
             status: Value,
         }
-        let wire = Wire::deserialize(deserializer)?;
-        let text = |v: &Value, field: &str| v.get(field).and_then(Value::as_str).map(Box::from);
-        let mut data = serde_json::Map::new();
-        for (key, value) in [("spec", &wire.spec), ("status", &wire.status)] {
-            if !value.is_null() {
-                data.insert(key.to_string(), value.clone());
-            }
-        }
+        let mut wire = Wire::deserialize(deserializer)?;
+        wire.metadata.keep_annotations(true);
+        let field = |v: &Value, field: &str| v.get(field).and_then(Value::as_str).map(Box::from);
         Ok(CachedBrowser {
-            browser_name: text(&wire.spec, "browserName"),
-            browser_version: text(&wire.spec, "browserVersion"),
-            phase: text(&wire.status, "phase"),
-            data: Value::Object(data).to_string().into_boxed_str(),
-            metadata: wire.metadata.into_object_meta(true),
+            browser_name: field(&wire.spec, "browserName"),
+            browser_version: field(&wire.spec, "browserVersion"),
+            phase: field(&wire.status, "phase"),
+            deleting: wire.metadata.deletion_timestamp.is_some(),
+            text: text(&wire.metadata, &wire.spec, &wire.status),
+            metadata: wire.metadata.identity(),
         })
     }
 }
@@ -165,7 +188,12 @@ impl<'de> Deserialize<'de> for CachedBrowser {
 impl CachedBrowser {
     /// The Browser as decisions take it.
     pub fn to_object(&self, ar: &ApiResource) -> DynamicObject {
-        object(&self.metadata, &self.data, ar)
+        object(&self.text, ar)
+    }
+
+    /// Whether the Browser is being deleted.
+    pub fn deleting(&self) -> bool {
+        self.deleting
     }
 
     /// `spec.browserName`, when it is a string.
@@ -184,13 +212,15 @@ impl CachedBrowser {
     }
 }
 
-/// A cached pod: its metadata (no annotations) and what decisions read of its spec and status,
-/// as JSON text.
+/// A cached pod: what identifies it, its metadata (no annotations) and what decisions read of
+/// its spec and status, as JSON text, and the Browser it belongs to.
 #[derive(Clone, Debug)]
 pub struct CachedPod {
+    /// Name, namespace, uid and resourceVersion only; the rest is in `text`.
     pub metadata: ObjectMeta,
-    /// `{"spec": …, "status": …}`, cut down.
-    data: Box<str>,
+    /// `{"metadata": …, "spec": …, "status": …}`, cut down.
+    text: Box<str>,
+    browser: Option<Box<str>>,
 }
 
 dynamic_resource!(CachedPod);
@@ -290,20 +320,40 @@ impl<'de> Deserialize<'de> for CachedPod {
         if let Some(conditions) = wire.status.as_mut().and_then(|s| s.conditions.as_mut()) {
             conditions.retain(|c| c.type_.as_ref().and_then(Value::as_str) == Some(KEPT_CONDITION));
         }
-        let data = json!({"spec": wire.spec, "status": wire.status});
-        let mut data = data.as_object().cloned().unwrap_or_default();
-        data.retain(|_, v| !v.is_null());
+        wire.metadata.keep_annotations(false);
         Ok(CachedPod {
-            data: Value::Object(data).to_string().into_boxed_str(),
-            metadata: wire.metadata.into_object_meta(false),
+            browser: browser_of(&wire.metadata).map(Box::from),
+            text: text(&wire.metadata, &wire.spec, &wire.status),
+            metadata: wire.metadata.identity(),
         })
     }
+}
+
+/// The Browser a pod belongs to: by the operator's label, else by its controller owner
+/// reference (so pods written under another group/version of the Browser kind still map).
+fn browser_of(meta: &Meta) -> Option<&str> {
+    meta.labels
+        .as_ref()
+        .and_then(|l| l.get(keys::LABEL_BROWSER))
+        .map(String::as_str)
+        .or_else(|| {
+            meta.owner_references
+                .iter()
+                .flatten()
+                .find(|r| r.controller == Some(true) && r.kind == keys::BROWSER_KIND)
+                .map(|r| r.name.as_str())
+        })
 }
 
 impl CachedPod {
     /// The pod as decisions take it.
     pub fn to_object(&self, ar: &ApiResource) -> DynamicObject {
-        object(&self.metadata, &self.data, ar)
+        object(&self.text, ar)
+    }
+
+    /// The name of the Browser the pod belongs to.
+    pub fn browser(&self) -> Option<&str> {
+        self.browser.as_deref()
     }
 }
 

@@ -4,33 +4,24 @@
 
 use std::sync::Arc;
 
-use kube::ResourceExt;
 use kube::api::DynamicObject;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 
 use super::cached::{CachedBrowser, CachedPod};
-use crate::api::keys;
 use crate::metrics::{self, Metrics, Stage};
 
 pub fn strip_managed_fields(object: &mut DynamicObject) {
     object.metadata.managed_fields = None;
 }
 
-/// The Browser a pod belongs to: by our label, else by its controller owner reference
-/// name (so pods written under another group/version of the Browser kind still map).
+/// The Browser a pod belongs to (see `CachedPod::browser`).
 pub fn browser_of_pod(
     pod: &CachedPod,
     browser: &kube::core::ApiResource,
 ) -> Option<ObjectRef<CachedBrowser>> {
     let ns = pod.metadata.namespace.as_deref()?;
-    let name = pod.labels().get(keys::LABEL_BROWSER).cloned().or_else(|| {
-        pod.owner_references()
-            .iter()
-            .find(|r| r.controller == Some(true) && r.kind == keys::BROWSER_KIND)
-            .map(|r| r.name.clone())
-    })?;
-    Some(ObjectRef::new_with(&name, browser.clone()).within(ns))
+    Some(ObjectRef::new_with(pod.browser()?, browser.clone()).within(ns))
 }
 
 /// Browsers of a namespace still waiting for their pod: a BrowserConfig change may now resolve
@@ -44,7 +35,7 @@ pub fn waiting_browsers(
         .state()
         .iter()
         .filter(|b| b.metadata.namespace.as_deref() == Some(ns))
-        .filter(|b| b.metadata.deletion_timestamp.is_none())
+        .filter(|b| !b.deleting())
         .filter(|b| b.phase().is_none())
         .filter_map(|b| {
             Some(ObjectRef::new_with(b.metadata.name.as_deref()?, browser.clone()).within(ns))
@@ -76,6 +67,7 @@ pub fn observe_scheduling(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::keys;
     use crate::lifecycle::decide::{self, Observed, Settings};
     use serde_json::Value;
 

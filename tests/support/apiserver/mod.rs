@@ -313,6 +313,9 @@ impl ApiServer {
         state.unavailable = unavailable;
         state.watchers.clear();
         if !unavailable {
+            // The restarted server's watch cache starts at a revision of its own: whatever a
+            // client saw before is too old now.
+            state.rv += 1;
             state.compact();
         }
     }
