@@ -53,22 +53,8 @@ pub(super) async fn reconcile(
 ) -> Result<Action, ReconcileError> {
     let ns = browser.namespace().unwrap_or_default();
     let name = browser.name_any();
-    let span = info_span!("reconcile", namespace = %ns, name = %name);
-    async move {
-        let _guard = scope.shared.metrics.reconcile_started();
-        let key = (ns.clone(), name.clone());
-        let result = reconcile_inner(&scope, &ns, &name).await;
-        if result.is_ok() {
-            scope.succeeded(&key);
-        }
-        result
-    }
-    .instrument(span)
-    .await
-}
-
-async fn reconcile_inner(scope: &Scope, ns: &str, name: &str) -> Result<Action, ReconcileError> {
-    let shared = &scope.shared;
+    drop(browser);
+    let _guard = scope.shared.metrics.reconcile_started();
     // No decision before the stores are complete: no spurious ConfigNotFound at start-up.
     if !scope.configs_health.synced().await {
         return Err(ReconcileError::StoreClosed("BrowserConfig"));
@@ -76,11 +62,26 @@ async fn reconcile_inner(scope: &Scope, ns: &str, name: &str) -> Result<Action, 
     if !scope.pods_health.synced().await {
         return Err(ReconcileError::StoreClosed("Pod"));
     }
-    let _worker = shared
+    // A burst (or the start over thousands of Browsers) waits here, small: the reconcile's
+    // own state is built only once a worker is free.
+    let _worker = scope
+        .shared
         .workers
         .acquire()
         .await
         .map_err(|_| ReconcileError::StoreClosed("worker"))?;
+    let span = info_span!("reconcile", namespace = %ns, name = %name);
+    let result = Box::pin(reconcile_inner(&scope, &ns, &name))
+        .instrument(span)
+        .await;
+    if result.is_ok() {
+        scope.succeeded(&(ns, name));
+    }
+    result
+}
+
+async fn reconcile_inner(scope: &Scope, ns: &str, name: &str) -> Result<Action, ReconcileError> {
+    let shared = &scope.shared;
     // The Browser as the cache has it now, after the wait for a worker (gone: nothing to do).
     let browser_ref = ObjectRef::new_with(name, shared.kinds.browser.clone()).within(ns);
     let Some(browser) = scope.browsers.get(&browser_ref) else {
