@@ -96,25 +96,59 @@ impl Bucket {
     }
 }
 
+/// What the publisher does next with the Event at the head of its queue.
+#[derive(Debug, PartialEq)]
+enum Turn {
+    /// Reconciles are at work: look again in a moment.
+    Hold,
+    /// The rate is used up for now.
+    Wait(Duration),
+    /// Too old to tell anyone anything.
+    Drop,
+    Publish,
+}
+
+/// The turn of an Event queued `age` ago, while reconciles are (or are not) at work.
+fn turn(age: Duration, reconciling: bool, bucket: &mut Bucket, now: Instant) -> Turn {
+    if age > STALE {
+        return Turn::Drop;
+    }
+    if reconciling && age < HOLD {
+        return Turn::Hold;
+    }
+    match bucket.take(now) {
+        None => Turn::Publish,
+        Some(wait) => Turn::Wait(wait),
+    }
+}
+
 async fn publish(recorder: Recorder, mut rx: mpsc::Receiver<Queued>, metrics: Arc<Metrics>) {
     let mut bucket = Bucket::new(Instant::now());
     while let Some((event, reference, queued)) = rx.recv().await {
-        while metrics.reconciling() && queued.elapsed() < HOLD {
-            tokio::time::sleep(HOLD_CHECK).await;
-        }
-        while let Some(wait) = bucket.take(Instant::now()) {
-            tokio::time::sleep(wait).await;
-        }
-        if queued.elapsed() > STALE {
-            metrics.event_dropped(event.warning);
-            continue;
-        }
-        metrics.write("create", "events");
-        if let Err(e) = recorder
-            .publish(&to_runtime_event(&event), &reference)
-            .await
-        {
-            debug!(error = %e, reason = %event.reason, "publishing event failed");
+        loop {
+            match turn(
+                queued.elapsed(),
+                metrics.reconciling(),
+                &mut bucket,
+                Instant::now(),
+            ) {
+                Turn::Hold => tokio::time::sleep(HOLD_CHECK).await,
+                Turn::Wait(wait) => tokio::time::sleep(wait).await,
+                Turn::Drop => {
+                    metrics.event_dropped(event.warning);
+                    break;
+                }
+                Turn::Publish => {
+                    metrics.write("create", "events");
+                    if let Err(e) = recorder
+                        .publish(&to_runtime_event(&event), &reference)
+                        .await
+                    {
+                        debug!(error = %e, reason = %event.reason, "publishing event failed");
+                    }
+                    break;
+                }
+            }
         }
     }
 }
@@ -122,6 +156,27 @@ async fn publish(recorder: Recorder, mut rx: mpsc::Receiver<Queued>, metrics: Ar
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn events_wait_for_the_reconciles_a_while_and_go_stale_after_longer() {
+        let now = Instant::now();
+        let mut bucket = Bucket::new(now);
+        let second = Duration::from_secs(1);
+        assert_eq!(turn(second, true, &mut bucket, now), Turn::Hold);
+        assert_eq!(turn(second, false, &mut bucket, now), Turn::Publish);
+        // Held long enough: out it goes, reconciles or not.
+        assert_eq!(turn(HOLD, true, &mut bucket, now), Turn::Publish);
+        assert_eq!(turn(STALE + second, false, &mut bucket, now), Turn::Drop);
+        // A dropped Event takes no share of the rate.
+        let spent = (0..100)
+            .take_while(|_| turn(second, false, &mut bucket, now) == Turn::Publish)
+            .count();
+        assert_eq!(spent, BURST as usize - 2);
+        assert!(matches!(
+            turn(second, false, &mut bucket, now),
+            Turn::Wait(_)
+        ));
+    }
 
     #[test]
     fn a_burst_goes_at_once_then_the_rate_holds() {
