@@ -507,11 +507,11 @@ async fn pre_pull(
     let owned = prepull_sync::owned_by(&cached, uid);
     let changes = prepull_sync::sync(&api, &plan, &owned, &ctx.metrics).await?;
     for (name, images) in &changes.created {
-        let note = format!("DaemonSet {name} pulls {images} images");
+        let note = format!("DaemonSet {name} pulls {}", images_phrase(*images));
         publish(ctx, config, EventType::Normal, "PrePullCreated", note).await;
     }
     for (name, images) in &changes.updated {
-        let note = format!("DaemonSet {name} now pulls {images} images");
+        let note = format!("DaemonSet {name} now pulls {}", images_phrase(*images));
         publish(ctx, config, EventType::Normal, "PrePullUpdated", note).await;
     }
     for name in &changes.deleted {
@@ -529,6 +529,14 @@ async fn pre_pull(
     let owned = prepull_sync::owned_by(&cached, uid);
     let refused = !changes.failures.is_empty();
     Ok(progress::finding(&plan, &owned, &changes.failures).map(|f| (f, refused)))
+}
+
+/// `1 image`, `3 images`.
+fn images_phrase(count: usize) -> String {
+    match count {
+        1 => "1 image".to_string(),
+        n => format!("{n} images"),
+    }
 }
 
 /// First retry after the cluster refused to judge a config's pods; then the time the refusal
