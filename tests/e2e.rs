@@ -1845,7 +1845,9 @@ fn namespaced_rbac(ns: &str, operator_ns: &str) -> Vec<Value> {
     };
     for doc in &mut docs {
         own_namespace(&mut doc["metadata"]["namespace"]);
-        if let Some(subjects) = doc["subjects"].as_array_mut() {
+        // Not `doc["subjects"]`: indexing a Role mutably would give it `subjects: null`, which
+        // a real API server's server-side apply refuses.
+        if let Some(subjects) = doc.get_mut("subjects").and_then(Value::as_array_mut) {
             for subject in subjects {
                 own_namespace(&mut subject["namespace"]);
             }
