@@ -10,6 +10,7 @@ use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
 
 use crate::api::crd::KubernetesVersion;
 use crate::duration;
+use crate::prepull::render::{DEFAULT_HELPER_IMAGE, DEFAULT_PAUSE_IMAGE, HelperImages};
 
 /// What `--help` says about running without a subcommand.
 const RUNS_THE_OPERATOR: &str = "Without a subcommand, browser-controller runs the operator: it watches Browsers \
@@ -35,7 +36,8 @@ pub struct Cli {
 pub enum Command {
     /// Print the CustomResourceDefinitions (the files in crds/ are this output).
     Crds(CrdsArgs),
-    /// Print the Pod a Browser would get from the given BrowserConfig(s); no cluster needed.
+    /// Print the Pod a Browser would get from the given BrowserConfig(s), or with --prepull
+    /// their image pre-pull DaemonSets; no cluster needed.
     Render(RenderArgs),
 }
 
@@ -58,11 +60,46 @@ pub struct RenderArgs {
     #[arg(long = "config", short = 'c', required = true, value_name = "FILE")]
     pub configs: Vec<PathBuf>,
     /// Browser file: YAML or JSON.
-    #[arg(long, short = 'b', value_name = "FILE")]
-    pub browser: PathBuf,
-    /// Output format of the Pod.
+    #[arg(
+        long,
+        short = 'b',
+        value_name = "FILE",
+        required_unless_present = "prepull",
+        conflicts_with = "prepull"
+    )]
+    pub browser: Option<PathBuf>,
+    /// Print the image pre-pull DaemonSets of the BrowserConfig(s) instead of a Pod.
+    #[arg(long)]
+    pub prepull: bool,
+    #[command(flatten)]
+    pub prepull_images: PrePullImageArgs,
+    /// Output format.
     #[arg(long, short = 'o', value_enum, default_value_t = OutputFormat::Yaml)]
     pub output: OutputFormat,
+}
+
+/// The images of the pre-pull pods besides the pulled ones (docs/operations.md, "Image
+/// pre-pull").
+#[derive(Debug, Clone, Args)]
+pub struct PrePullImageArgs {
+    /// Image providing a static /bin/busybox (with cp and true): pre-pull pods copy it and run
+    /// it in every pulled image, so that images without a shell are pulled too.
+    #[arg(long, env = "PREPULL_HELPER_IMAGE", default_value = DEFAULT_HELPER_IMAGE,
+          value_parser = clap::builder::NonEmptyStringValueParser::new())]
+    pub prepull_helper_image: String,
+    /// Image of the container (/pause) that keeps a pre-pull pod running once its images are pulled.
+    #[arg(long, env = "PREPULL_PAUSE_IMAGE", default_value = DEFAULT_PAUSE_IMAGE,
+          value_parser = clap::builder::NonEmptyStringValueParser::new())]
+    pub prepull_pause_image: String,
+}
+
+impl PrePullImageArgs {
+    pub fn images(&self) -> HelperImages {
+        HelperImages {
+            helper: self.prepull_helper_image.clone(),
+            pause: self.prepull_pause_image.clone(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -162,6 +199,15 @@ pub struct RunArgs {
     /// Pin the API group of the BrowserConfig kind (default: discovered, selenosis.io first).
     #[arg(long, env = "BROWSERCONFIG_API_GROUP")]
     pub browserconfig_api_group: Option<String>,
+
+    /// Pre-pull the images of the BrowserConfig entries that ask for it (prePull: true) with a
+    /// DaemonSet per config and scheduling; needs the DaemonSet rights of rbac/prepull/.
+    #[arg(long, env = "ENABLE_PREPULL", default_value_t = false, num_args = 0..=1,
+          default_missing_value = "true", action = ArgAction::Set)]
+    pub enable_prepull: bool,
+
+    #[command(flatten)]
+    pub prepull_images: PrePullImageArgs,
 }
 
 const LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"];
@@ -286,6 +332,30 @@ mod tests {
         assert_eq!(run.leader_election_renew_deadline, Duration::from_secs(10));
         assert_eq!(run.leader_election_retry_period, Duration::from_secs(2));
         assert_eq!(run.shutdown_timeout, Duration::from_secs(25));
+        assert!(!run.enable_prepull);
+        assert_eq!(run.prepull_images.images(), HelperImages::default());
+    }
+
+    #[test]
+    fn prepull_is_switched_on_by_flag_and_its_images_can_be_mirrored() {
+        let run = parse(&[
+            "--enable-prepull",
+            "--prepull-helper-image=mirror/busybox:1",
+            "--prepull-pause-image",
+            "mirror/pause:1",
+        ])
+        .unwrap()
+        .run;
+        assert!(run.enable_prepull);
+        assert_eq!(run.prepull_images.images().helper, "mirror/busybox:1");
+        assert_eq!(run.prepull_images.images().pause, "mirror/pause:1");
+        assert!(
+            !parse(&["--enable-prepull=false"])
+                .unwrap()
+                .run
+                .enable_prepull
+        );
+        assert!(parse(&["--prepull-helper-image="]).is_err());
     }
 
     #[test]
@@ -360,9 +430,20 @@ mod tests {
             Some(Command::Render(r)) => {
                 assert_eq!(r.configs.len(), 2);
                 assert_eq!(r.output, OutputFormat::Json);
+                assert!(!r.prepull);
             }
             other => panic!("unexpected {other:?}"),
         }
+        // --prepull needs no Browser, and takes none.
+        match parse(&["render", "--prepull", "-c", "a.yaml"])
+            .unwrap()
+            .command
+        {
+            Some(Command::Render(r)) => assert!(r.prepull && r.browser.is_none()),
+            other => panic!("unexpected {other:?}"),
+        }
+        assert!(parse(&["render", "-c", "a.yaml"]).is_err());
+        assert!(parse(&["render", "--prepull", "-c", "a.yaml", "-b", "b.yaml"]).is_err());
         assert!(matches!(
             parse(&["crds", "--split-groups"]).unwrap().command,
             Some(Command::Crds(CrdsArgs {

@@ -1,4 +1,5 @@
-//! The offline subcommands: `render` prints the Pod a Browser would get (no cluster needed).
+//! The offline subcommands: `render` prints the Pod a Browser would get, or with `--prepull`
+//! the image pre-pull DaemonSets of BrowserConfigs (no cluster needed).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -13,6 +14,7 @@ use crate::config::lookup::{self, LookupError};
 use crate::lifecycle::decide::{self, PodCreation};
 use crate::lifecycle::desired;
 use crate::manifest::{self, ManifestError};
+use crate::prepull::render as prepull;
 
 /// Why `render` could not print a pod; each is one line for the user.
 #[derive(Debug, thiserror::Error)]
@@ -33,8 +35,14 @@ pub enum RenderCommandError {
     NotFound { message: String, available: String },
     #[error("{reason}: {message}")]
     Rejected { reason: String, message: String },
-    #[error("cannot print the pod: {0}")]
+    #[error("cannot print the output: {0}")]
     Output(String),
+    #[error("no Browser file given: pass --browser FILE, or --prepull for the pre-pull DaemonSets")]
+    NoBrowser,
+    #[error(
+        "no entry of the given BrowserConfigs asks for pre-pull: set prePull: true on explicit version entries or on the template{skipped}"
+    )]
+    NoPrePull { skipped: String },
 }
 
 fn objects_of_kind(path: &Path, kind: &str) -> Result<Vec<Value>, ManifestError> {
@@ -77,7 +85,8 @@ fn browser_resource(browser: &DynamicObject) -> ApiResource {
     }
 }
 
-/// Renders the pod of the Browser in `args.browser` from the BrowserConfigs in `args.configs`.
+/// Renders the pod of the Browser in `args.browser` from the BrowserConfigs in `args.configs`,
+/// or with `args.prepull` the pre-pull DaemonSets of those BrowserConfigs.
 pub fn render(args: &RenderArgs) -> Result<String, RenderCommandError> {
     let mut configs = Vec::new();
     for path in &args.configs {
@@ -89,14 +98,83 @@ pub fn render(args: &RenderArgs) -> Result<String, RenderCommandError> {
             configs.push(to_object(path, "BrowserConfig", value)?);
         }
     }
-    let mut browsers = objects_of_kind(&args.browser, keys::BROWSER_KIND)?;
+    if args.prepull {
+        return render_prepull(&configs, &args.prepull_images.images(), args.output);
+    }
+    let browser = args
+        .browser
+        .as_deref()
+        .ok_or(RenderCommandError::NoBrowser)?;
+    render_pod(configs, browser, args.output)
+}
+
+/// The pre-pull DaemonSets of `configs`: YAML documents (entries that ask for pre-pull but
+/// cannot be pulled named in a comment first), or one JSON `List`.
+fn render_prepull(
+    configs: &[DynamicObject],
+    images: &prepull::HelperImages,
+    output: OutputFormat,
+) -> Result<String, RenderCommandError> {
+    let mut daemon_sets = Vec::new();
+    let mut skipped = Vec::new();
+    for config in configs {
+        let api_version = config
+            .types
+            .as_ref()
+            .map(|t| t.api_version.clone())
+            .unwrap_or_else(|| format!("{}/{}", keys::DEFAULT_GROUP, keys::VERSION));
+        let plan = prepull::plan(config, &api_version, images);
+        skipped.extend(plan.skipped);
+        daemon_sets.extend(plan.daemon_sets.into_iter().map(|d| d.body));
+    }
+    if daemon_sets.is_empty() {
+        let skipped = if skipped.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " (entries that ask for it but cannot be pulled: {})",
+                skipped.join(" | ")
+            )
+        };
+        return Err(RenderCommandError::NoPrePull { skipped });
+    }
+    let output_error = |e: &dyn std::fmt::Display| RenderCommandError::Output(e.to_string());
+    match output {
+        OutputFormat::Json => {
+            let list =
+                serde_json::json!({"apiVersion": "v1", "kind": "List", "items": daemon_sets});
+            serde_json::to_string_pretty(&list)
+                .map(|s| s + "\n")
+                .map_err(|e| output_error(&e))
+        }
+        OutputFormat::Yaml => {
+            let mut text: String = skipped
+                .iter()
+                .map(|s| format!("# not pulled, invalid: {s}\n"))
+                .collect();
+            for ds in &daemon_sets {
+                text.push_str("---\n");
+                text.push_str(&serde_saphyr::to_string(ds).map_err(|e| output_error(&e))?);
+            }
+            Ok(text)
+        }
+    }
+}
+
+/// The pod of the Browser in the file `browser`.
+fn render_pod(
+    mut configs: Vec<DynamicObject>,
+    browser: &Path,
+    output: OutputFormat,
+) -> Result<String, RenderCommandError> {
+    let mut browsers = objects_of_kind(browser, keys::BROWSER_KIND)?;
     if browsers.len() != 1 {
         return Err(RenderCommandError::BrowserCount {
-            path: args.browser.clone(),
+            path: browser.to_path_buf(),
             count: browsers.len(),
         });
     }
-    let browser = to_object(&args.browser, "Browser", browsers.remove(0))?;
+    let browser = to_object(browser, "Browser", browsers.remove(0))?;
     // What the operator would say of this spec (a version YAML read as a number …).
     let (name, version) =
         decide::browser_spec(&browser).map_err(|failure| RenderCommandError::Rejected {
@@ -147,7 +225,7 @@ pub fn render(args: &RenderArgs) -> Result<String, RenderCommandError> {
             });
         }
     };
-    match args.output {
+    match output {
         OutputFormat::Json => serde_json::to_string_pretty(&pod)
             .map(|s| s + "\n")
             .map_err(|e| RenderCommandError::Output(e.to_string())),

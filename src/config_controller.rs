@@ -5,6 +5,11 @@
 //! (`InvalidConfig`). Pods are pruned to the cluster's Pod schema first, as for Browsers, and
 //! the fields that removes are reported. Each generation is dry-run once per process and Pod
 //! schema: never in a loop.
+//!
+//! With `--enable-prepull` the same reconcile brings the config's image pre-pull DaemonSets
+//! to its entries (docs/operations.md, "Image pre-pull") and reports their progress in the
+//! status; DaemonSet changes reconcile their config, and a sweep deletes the DaemonSets of
+//! configs that are gone.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
@@ -35,6 +40,8 @@ use crate::lifecycle::decide::PodCreation;
 use crate::lifecycle::desired;
 use crate::metrics::Metrics;
 use crate::pod::schema::PodSchema;
+use crate::prepull::render::HelperImages;
+use crate::prepull::{progress, render as prepull_render, sync as prepull_sync};
 
 /// Version used to render a `"*"` entry for its dry run (a valid label value).
 const SAMPLE_VERSION: &str = "latest";
@@ -199,6 +206,16 @@ pub enum ConfigError {
         #[source]
         source: kube::Error,
     },
+    #[error(transparent)]
+    PrePull(#[from] prepull_sync::SyncError),
+}
+
+/// The pre-pull DaemonSets of one scope, with `--enable-prepull`.
+struct PrePull {
+    images: HelperImages,
+    resource: kube::core::ApiResource,
+    store: Store<DynamicObject>,
+    health: Arc<WatchHealth>,
 }
 
 struct Context {
@@ -209,6 +226,8 @@ struct Context {
     schemas: Arc<PodSchemas>,
     metrics: Arc<Metrics>,
     store: Store<DynamicObject>,
+    /// `None` without `--enable-prepull`.
+    prepull: Option<PrePull>,
 }
 
 fn synthetic_browser(
@@ -344,6 +363,15 @@ async fn reconcile(config: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Acti
     let generation = config.metadata.generation.unwrap_or(0);
     let span = info_span!("validate_config", namespace = %ns, name = %name);
     async move {
+        // Which DaemonSets exist decides what to apply and delete: the cache must be listed.
+        if let Some(prepull) = &ctx.prepull
+            && tokio::time::timeout(PREPULL_CACHE_WAIT, prepull.health.synced())
+                .await
+                .is_err()
+        {
+            debug!("the pre-pull DaemonSet cache is not listed yet");
+            return Ok(Action::requeue(PREPULL_CACHE_WAIT));
+        }
         let reports = validate::validate_config(&config);
         let current = config.data.get("status").cloned().unwrap_or(Value::Null);
         // Judged against the schema in use at the start; a schema change re-judges anyway.
@@ -394,6 +422,7 @@ async fn reconcile(config: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Acti
             .into_iter()
             .filter(|c| c.loser == name)
             .collect();
+        let pre_pull = pre_pull(&ctx, &config).await?;
         let spec = config.data.get("spec").cloned().unwrap_or(Value::Null);
         let desired = report::status(
             &current,
@@ -404,6 +433,7 @@ async fn reconcile(config: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Acti
                 refusals: &refusals,
                 removed: &removed,
                 conflicts: &conflicts,
+                pre_pull: pre_pull.as_ref().map(|(finding, _)| finding),
             },
             Timestamp::now(),
         );
@@ -425,8 +455,14 @@ async fn reconcile(config: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Acti
             .await
             .map_err(ConfigError::Status)?;
         }
+        let prepull_refused = pre_pull.is_some_and(|(_, refused)| refused);
         if refusals.is_empty() {
-            return Ok(Action::await_change());
+            // A DaemonSet the cluster refused is tried again later, not at once.
+            return Ok(if prepull_refused {
+                Action::requeue(REFUSED_RETRY_MAX)
+            } else {
+                Action::await_change()
+            });
         }
         if let Some((_, left)) = pending {
             return Ok(Action::requeue(left));
@@ -448,6 +484,61 @@ async fn reconcile(config: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Acti
     .await
 }
 
+/// Longest wait of a reconcile for the first list of the pre-pull DaemonSets.
+const PREPULL_CACHE_WAIT: Duration = Duration::from_secs(5);
+
+/// Brings the config's pre-pull DaemonSets to its entries and tells what its status says of
+/// them (and whether the cluster refused a write); `None` when the config asks for none.
+/// Without `--enable-prepull` nothing is written: a config that asks only hears so.
+async fn pre_pull(
+    ctx: &Context,
+    config: &DynamicObject,
+) -> Result<Option<(report::PrePullFinding, bool)>, ConfigError> {
+    let api_version = &ctx.kinds.browserconfig.api_version;
+    let Some(prepull) = &ctx.prepull else {
+        let plan = prepull_render::plan(config, api_version, &HelperImages::default());
+        return Ok(plan.requested().then(|| (progress::disabled(), false)));
+    };
+    let plan = prepull_render::plan(config, api_version, &prepull.images);
+    let uid = config.metadata.uid.as_deref().unwrap_or_default();
+    let ns = config.metadata.namespace.as_deref().unwrap_or("default");
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &prepull.resource);
+    let cached = prepull.store.state();
+    let owned = prepull_sync::owned_by(&cached, uid);
+    let changes = prepull_sync::sync(&api, &plan, &owned, &ctx.metrics).await?;
+    for (name, images) in &changes.created {
+        let note = format!("DaemonSet {name} pulls {}", images_phrase(*images));
+        publish(ctx, config, EventType::Normal, "PrePullCreated", note).await;
+    }
+    for (name, images) in &changes.updated {
+        let note = format!("DaemonSet {name} now pulls {}", images_phrase(*images));
+        publish(ctx, config, EventType::Normal, "PrePullUpdated", note).await;
+    }
+    for name in &changes.deleted {
+        let note =
+            format!("DaemonSet {name} deleted: no entry of its scheduling asks for pre-pull");
+        publish(ctx, config, EventType::Normal, "PrePullDeleted", note).await;
+    }
+    if !changes.failures.is_empty() {
+        let note = changes.failures.join(" | ");
+        warn!(error = %note, "the cluster refused pre-pull DaemonSets");
+        publish(ctx, config, EventType::Warning, "PrePullFailed", note).await;
+    }
+    // What was just written reaches the cache later; its watch event reconciles again.
+    let cached = prepull.store.state();
+    let owned = prepull_sync::owned_by(&cached, uid);
+    let refused = !changes.failures.is_empty();
+    Ok(progress::finding(&plan, &owned, &changes.failures).map(|f| (f, refused)))
+}
+
+/// `1 image`, `3 images`.
+fn images_phrase(count: usize) -> String {
+    match count {
+        1 => "1 image".to_string(),
+        n => format!("{n} images"),
+    }
+}
+
 /// First retry after the cluster refused to judge a config's pods; then the time the refusal
 /// has lasted (so the waits double), at most [`REFUSED_RETRY_MAX`].
 const REFUSED_RETRY_FIRST: Duration = Duration::from_secs(5);
@@ -459,7 +550,25 @@ fn refused_retry_after(lasted: Duration) -> Duration {
 }
 
 /// One Warning Event on the BrowserConfig when the cluster starts refusing to judge it.
-async fn publish_refusal(ctx: &Context, config: &DynamicObject, mut note: String) {
+async fn publish_refusal(ctx: &Context, config: &DynamicObject, note: String) {
+    publish(
+        ctx,
+        config,
+        EventType::Warning,
+        report::VALIDATION_REFUSED,
+        note,
+    )
+    .await;
+}
+
+/// An Event on the BrowserConfig; these are rare, so they are published inline.
+async fn publish(
+    ctx: &Context,
+    config: &DynamicObject,
+    type_: EventType,
+    reason: &str,
+    mut note: String,
+) {
     // The API server refuses longer notes.
     if note.len() > EVENT_NOTE_MAX {
         let mut end = EVENT_NOTE_MAX;
@@ -468,11 +577,16 @@ async fn publish_refusal(ctx: &Context, config: &DynamicObject, mut note: String
         }
         note.truncate(end);
     }
+    let action = if reason == report::VALIDATION_REFUSED {
+        "Validate"
+    } else {
+        "PrePull"
+    };
     let event = Event {
-        type_: EventType::Warning,
-        reason: report::VALIDATION_REFUSED.into(),
+        type_,
+        reason: reason.into(),
         note: Some(note),
-        action: "Validate".into(),
+        action: action.into(),
         secondary: None,
     };
     ctx.metrics.write("create", "events");
@@ -497,8 +611,11 @@ pub struct Validation {
     pub verdicts: Arc<Verdicts>,
     pub schemas: Arc<PodSchemas>,
     pub metrics: Arc<Metrics>,
-    /// Events on BrowserConfigs; rare (a refused validation), so published inline.
+    /// Events on BrowserConfigs; rare (a refused validation, pre-pull changes), so
+    /// published inline.
     pub events: Recorder,
+    /// The helper images of the pre-pull DaemonSets with `--enable-prepull`; `None` without.
+    pub prepull: Option<HelperImages>,
 }
 
 /// Runs the BrowserConfig validator of one scope until `shutdown` resolves.
@@ -514,8 +631,13 @@ pub async fn run_scope(
         schemas,
         metrics,
         events: recorder,
+        prepull: prepull_images,
     } = validation;
     let api = scoped_api(&client, namespace.as_deref(), &kinds.browserconfig);
+    // Config deletions, DaemonSet lists and changes: DaemonSets of configs that are gone are
+    // swept.
+    let (sweep_tx, sweeps) = futures::channel::mpsc::unbounded::<()>();
+    let config_sweep = sweep_tx.clone();
     let writer = Writer::<DynamicObject>::new(kinds.browserconfig.clone());
     let store = writer.as_reader();
     // Every completed list (a relist after the watch failed too) judges every config again.
@@ -527,11 +649,44 @@ pub async fn run_scope(
         health.clone(),
     )
     .reflect(writer)
-    .inspect(watch::observe(health, move || {
+    .inspect(watch::observe(health.clone(), move || {
         let _ = listed_tx.unbounded_send(());
-    }));
+    }))
+    .inspect(move |event| {
+        if matches!(
+            event,
+            Ok(watcher::Event::Delete(_) | watcher::Event::InitDone)
+        ) {
+            let _ = config_sweep.unbounded_send(());
+        }
+    });
+    let daemon_sets = prepull_images
+        .map(|images| daemon_set_watch(&client, namespace.as_deref(), &metrics, images, sweep_tx));
     // Held until the scope stops: the BrowserConfig gauges read this cache at scrape time.
     let _gauge_source = metrics.observe_configs(store.clone());
+    let (prepull, daemon_set_changes, daemon_sets_listed) = match daemon_sets {
+        Some((prepull, changes, listed)) => (Some(prepull), changes, listed),
+        None => (
+            None,
+            futures::stream::empty().boxed(),
+            futures::stream::empty().boxed(),
+        ),
+    };
+    let _prepull_gauge_source = prepull
+        .as_ref()
+        .map(|p| metrics.observe_prepull(p.store.clone()));
+    let sweeper = prepull.as_ref().map(|p| {
+        sweep_loop(
+            client.clone(),
+            p.resource.clone(),
+            p.store.clone(),
+            p.health.clone(),
+            store.clone(),
+            health.clone(),
+            metrics.clone(),
+            sweeps,
+        )
+    });
     let mapper_store = store.clone();
     let ar = kinds.browserconfig.clone();
     // Every config is judged again when the cluster's Pod schema changes.
@@ -539,6 +694,7 @@ pub async fn run_scope(
         rx.changed().await.ok()?;
         Some(((), rx))
     });
+    let owner_ar = kinds.browserconfig.clone();
     let ctx = Arc::new(Context {
         client,
         recorder,
@@ -547,36 +703,157 @@ pub async fn run_scope(
         schemas,
         metrics,
         store: store.clone(),
+        prepull,
     });
     // Conflicts involve other configs of the namespace: any change re-checks them all.
-    Controller::for_stream_with(futures::stream::empty(), store, kinds.browserconfig.clone())
-        .watches_stream_with(
-            watch::live_changes(configs, true),
-            move |changed| {
-                let ns = changed.metadata.namespace.clone().unwrap_or_default();
-                mapper_store
-                    .state()
-                    .into_iter()
-                    .filter(|c| c.metadata.namespace.as_deref() == Some(ns.as_str()))
-                    .filter_map(|c| {
-                        Some(
-                            ObjectRef::new_with(c.metadata.name.as_deref()?, ar.clone())
-                                .within(&ns),
-                        )
-                    })
-                    .collect::<Vec<_>>()
-            },
-            kinds.browserconfig.clone(),
-        )
-        .reconcile_all_on(futures::stream::select(listed, schema_changes))
-        .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, ctx)
-        .for_each(|r| async move {
-            if let Err(e) = r {
-                debug!(error = %e, "BrowserConfig controller event");
+    let controller =
+        Controller::for_stream_with(futures::stream::empty(), store, kinds.browserconfig.clone())
+            .watches_stream_with(
+                watch::live_changes(configs, true),
+                move |changed| {
+                    let ns = changed.metadata.namespace.clone().unwrap_or_default();
+                    mapper_store
+                        .state()
+                        .into_iter()
+                        .filter(|c| c.metadata.namespace.as_deref() == Some(ns.as_str()))
+                        .filter_map(|c| {
+                            Some(
+                                ObjectRef::new_with(c.metadata.name.as_deref()?, ar.clone())
+                                    .within(&ns),
+                            )
+                        })
+                        .collect::<Vec<_>>()
+                },
+                kinds.browserconfig.clone(),
+            )
+            // A DaemonSet change reconciles the config that controls it.
+            .watches_stream_with(
+                daemon_set_changes,
+                move |ds| {
+                    let ns = ds.metadata.namespace.clone()?;
+                    let (config, _) = progress::owner(&ds)?;
+                    Some(ObjectRef::new_with(config, owner_ar.clone()).within(&ns))
+                },
+                crate::api::discovery::daemon_sets(),
+            )
+            .reconcile_all_on(futures::stream::select_all([
+                listed.boxed(),
+                schema_changes.boxed(),
+                daemon_sets_listed,
+            ]))
+            .graceful_shutdown_on(shutdown)
+            .run(reconcile, error_policy, ctx)
+            .for_each(|r| async move {
+                if let Err(e) = r {
+                    debug!(error = %e, "BrowserConfig controller event");
+                }
+            });
+    match sweeper {
+        Some(sweeper) => {
+            futures::future::join(controller, sweeper).await;
+        }
+        None => controller.await,
+    }
+}
+
+type Triggers<T> = futures::stream::BoxStream<'static, T>;
+
+/// The watch of the scope's pre-pull DaemonSets: their cache, their changes (for the
+/// controller's triggers) and their completed lists; every list and change also asks `sweep`
+/// for a sweep.
+fn daemon_set_watch(
+    client: &Client,
+    namespace: Option<&str>,
+    metrics: &Arc<Metrics>,
+    images: HelperImages,
+    sweep: futures::channel::mpsc::UnboundedSender<()>,
+) -> (
+    PrePull,
+    Triggers<Result<DynamicObject, watcher::Error>>,
+    Triggers<()>,
+) {
+    let resource = crate::api::discovery::daemon_sets();
+    let api: Api<DynamicObject> = scoped_api(client, namespace, &resource);
+    let writer = Writer::<DynamicObject>::new(resource.clone());
+    let store = writer.as_reader();
+    let health = WatchHealth::new("daemonsets", metrics.clone());
+    let (listed_tx, listed) = futures::channel::mpsc::unbounded::<()>();
+    let config = watcher::Config::default()
+        .labels(&keys::prepull_selector())
+        .any_semantic();
+    let stream = watch::watch(api, config, health.clone())
+        .modify(|ds| ds.managed_fields_mut().clear())
+        .reflect(writer)
+        .inspect(watch::observe(health.clone(), move || {
+            let _ = listed_tx.unbounded_send(());
+        }))
+        .inspect(move |event| {
+            if matches!(
+                event,
+                Ok(watcher::Event::Apply(_) | watcher::Event::InitDone)
+            ) {
+                let _ = sweep.unbounded_send(());
             }
-        })
+        });
+    let prepull = PrePull {
+        images,
+        resource,
+        store,
+        health,
+    };
+    (
+        prepull,
+        watch::live_changes(stream, true).boxed(),
+        listed.boxed(),
+    )
+}
+
+/// Wait before sweeping again after a deletion failed.
+const SWEEP_RETRY: Duration = Duration::from_secs(30);
+
+/// Sweeps the DaemonSets of configs that are gone whenever `triggers` asks (a burst counts
+/// once), once both caches are listed and their watches are up; ends with the triggers.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the two caches with their health, and where to write"
+)]
+async fn sweep_loop(
+    client: Client,
+    resource: kube::core::ApiResource,
+    daemon_sets: Store<DynamicObject>,
+    daemon_sets_health: Arc<WatchHealth>,
+    configs: Store<DynamicObject>,
+    configs_health: Arc<WatchHealth>,
+    metrics: Arc<Metrics>,
+    mut triggers: futures::channel::mpsc::UnboundedReceiver<()>,
+) {
+    let mut retry = None;
+    loop {
+        let next = match retry {
+            Some(wait) => tokio::time::timeout(wait, triggers.next())
+                .await
+                .unwrap_or(Some(())),
+            None => triggers.next().await,
+        };
+        if next.is_none() {
+            return;
+        }
+        while triggers.try_recv().is_ok() {}
+        if !(daemon_sets_health.is_up() && configs_health.is_up()) {
+            // The next list or event asks again.
+            retry = None;
+            continue;
+        }
+        let swept = prepull_sync::sweep(
+            &client,
+            &resource,
+            &daemon_sets.state(),
+            &configs.state(),
+            &metrics,
+        )
         .await;
+        retry = (swept.failed > 0).then_some(SWEEP_RETRY);
+    }
 }
 
 #[cfg(test)]

@@ -17,4 +17,5 @@ pub mod metrics;
 pub mod operator;
 pub mod permissions;
 pub mod pod;
+pub mod prepull;
 pub mod server;

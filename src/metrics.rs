@@ -1,9 +1,10 @@
 //! Prometheus metric families (OpenMetrics text on `/metrics`). Label sets are bounded: no
-//! Browser names, only verbs, resources, HTTP codes, reasons, startup stages, and the
-//! namespace / browser / version / phase of Browsers that exist.
+//! Browser names, only verbs, resources, HTTP codes, reasons, startup stages, the
+//! namespace / browser / version / phase of Browsers that exist, and the names of
+//! BrowserConfigs with pre-pull DaemonSets.
 //!
-//! Counters and histograms are updated as things happen. The Browser and BrowserConfig
-//! gauges are derived from the watch caches at scrape time, so they are exact after a
+//! Counters and histograms are updated as things happen. The Browser, BrowserConfig and
+//! pre-pull gauges are derived from the watch caches at scrape time, so they are exact after a
 //! restart and never drift from what the cluster holds.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
@@ -28,6 +29,7 @@ use crate::config::lookup;
 use crate::controller::cached::CachedBrowser;
 use crate::lifecycle::status;
 use crate::pod::names;
+use crate::prepull::progress;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct WriteLabels {
@@ -76,6 +78,12 @@ struct BrowserLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
 struct NamespaceLabels {
     namespace: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+struct ConfigLabels {
+    namespace: String,
+    browserconfig: String,
 }
 
 /// The startup stages of a Browser, each observed at most once per Browser.
@@ -322,6 +330,12 @@ impl Metrics {
         self.caches.add(Source::Configs(store))
     }
 
+    /// Derives `prepull_images` and `prepull_nodes_pending` from this cache of pre-pull
+    /// DaemonSets until the registration drops.
+    pub fn observe_prepull(&self, store: Store<DynamicObject>) -> CacheRegistration {
+        self.caches.add(Source::DaemonSets(store))
+    }
+
     /// Whether a reconcile is running or waiting for a worker now.
     pub fn reconciling(&self) -> bool {
         self.in_flight.get() > 0
@@ -497,9 +511,37 @@ fn config_counts(configs: &[Arc<DynamicObject>]) -> BTreeMap<String, ConfigCount
         .collect()
 }
 
+/// Per BrowserConfig: distinct images its pre-pull DaemonSets pull, and nodes where they
+/// are not all pulled yet.
+fn prepull_counts(daemon_sets: &[Arc<DynamicObject>]) -> BTreeMap<ConfigLabels, (i64, i64)> {
+    let mut by_config: BTreeMap<ConfigLabels, Vec<&DynamicObject>> = BTreeMap::new();
+    for ds in daemon_sets {
+        if let Some((config, _)) = progress::owner(ds) {
+            let labels = ConfigLabels {
+                namespace: ds.metadata.namespace.clone().unwrap_or_default(),
+                browserconfig: config.to_string(),
+            };
+            by_config.entry(labels).or_default().push(ds);
+        }
+    }
+    by_config
+        .into_iter()
+        .map(|(labels, daemon_sets)| (labels, progress::totals(daemon_sets)))
+        .collect()
+}
+
 enum Source {
     Browsers(Store<CachedBrowser>),
     Configs(Store<DynamicObject>),
+    DaemonSets(Store<DynamicObject>),
+}
+
+/// Every cached object once, by kind.
+#[derive(Default)]
+struct Snapshot {
+    browsers: Vec<Arc<CachedBrowser>>,
+    configs: Vec<Arc<DynamicObject>>,
+    daemon_sets: Vec<Arc<DynamicObject>>,
 }
 
 /// The watch caches the gauges are derived from, one per watched scope.
@@ -524,18 +566,22 @@ impl Caches {
         }
     }
 
-    /// Every cached Browser and BrowserConfig once, even if two scopes overlap.
-    fn snapshot(&self) -> (Vec<Arc<CachedBrowser>>, Vec<Arc<DynamicObject>>) {
+    /// Every cached object once, even if two scopes overlap.
+    fn snapshot(&self) -> Snapshot {
         let sources = self.lock();
-        let (mut browsers, mut configs) = (Vec::new(), Vec::new());
-        let (mut seen_browsers, mut seen_configs) = (HashSet::new(), HashSet::new());
+        let mut out = Snapshot::default();
+        let (mut seen_browsers, mut seen_configs, mut seen_daemon_sets) =
+            (HashSet::new(), HashSet::new(), HashSet::new());
         for (_, source) in &sources.1 {
             match source {
-                Source::Browsers(s) => once_each(s, &mut seen_browsers, &mut browsers),
-                Source::Configs(s) => once_each(s, &mut seen_configs, &mut configs),
+                Source::Browsers(s) => once_each(s, &mut seen_browsers, &mut out.browsers),
+                Source::Configs(s) => once_each(s, &mut seen_configs, &mut out.configs),
+                Source::DaemonSets(s) => {
+                    once_each(s, &mut seen_daemon_sets, &mut out.daemon_sets);
+                }
             }
         }
-        (browsers, configs)
+        out
     }
 }
 
@@ -580,7 +626,11 @@ impl std::fmt::Debug for CacheGauges {
 
 impl Collector for CacheGauges {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let (browsers, configs) = self.0.snapshot();
+        let Snapshot {
+            browsers,
+            configs,
+            daemon_sets,
+        } = self.0.snapshot();
         let counts = browser_counts(browsers.iter().map(AsRef::as_ref));
         encode_gauges(
             &mut encoder,
@@ -607,6 +657,23 @@ impl Collector for CacheGauges {
             per_namespace
                 .iter()
                 .map(|(ns, c)| (namespace(ns), c.conflicts)),
+        )?;
+        let prepull = prepull_counts(&daemon_sets);
+        encode_gauges(
+            &mut encoder,
+            "prepull_images",
+            "Distinct images the BrowserConfig's pre-pull DaemonSets pull.",
+            prepull
+                .iter()
+                .map(|(labels, (images, _))| (labels.clone(), *images)),
+        )?;
+        encode_gauges(
+            &mut encoder,
+            "prepull_nodes_pending",
+            "Nodes where the BrowserConfig's pre-pull DaemonSets have not pulled every image yet, as the DaemonSet status reports.",
+            prepull
+                .iter()
+                .map(|(labels, (_, pending))| (labels.clone(), *pending)),
         )
     }
 }
@@ -717,6 +784,8 @@ mod tests {
             "# TYPE browser_controller_browsers gauge",
             "# TYPE browser_controller_browserconfig_entries gauge",
             "# TYPE browser_controller_browserconfig_conflicts gauge",
+            "# TYPE browser_controller_prepull_images gauge",
+            "# TYPE browser_controller_prepull_nodes_pending gauge",
         ] {
             assert!(text.contains(expected), "missing {expected:?} in\n{text}");
         }
@@ -867,6 +936,60 @@ mod tests {
             "browser_controller_browserconfig_conflicts{namespace=\"a\"} 1",
             "browser_controller_browserconfig_entries{namespace=\"b\"} 1",
             "browser_controller_browserconfig_conflicts{namespace=\"b\"} 0",
+        ] {
+            assert!(text.contains(expected), "missing {expected:?} in\n{text}");
+        }
+    }
+
+    fn daemon_set(ns: &str, name: &str, owner: &str, images: &[&str], status: Value) -> Value {
+        let mut init = vec![json!({"name": "prepull-tools", "image": "busybox"})];
+        init.extend(
+            images
+                .iter()
+                .enumerate()
+                .map(|(i, image)| json!({"name": format!("pull-{}", i + 1), "image": image})),
+        );
+        json!({
+            "apiVersion": "apps/v1", "kind": "DaemonSet",
+            "metadata": {"name": name, "namespace": ns, "generation": 1,
+                "ownerReferences": [{"apiVersion": "selenosis.io/v1", "kind": "BrowserConfig", "name": owner, "uid": owner, "controller": true}]},
+            "spec": {"template": {"spec": {"initContainers": init}}},
+            "status": status,
+        })
+    }
+
+    #[test]
+    fn prepull_gauges_count_images_and_pending_nodes_per_config() {
+        let m = Metrics::new();
+        let ready = |desired: i64, ready: i64| json!({"observedGeneration": 1, "desiredNumberScheduled": desired, "updatedNumberScheduled": desired, "numberReady": ready});
+        let daemon_sets = store(
+            "DaemonSet",
+            "daemonsets",
+            vec![
+                object(daemon_set(
+                    "a",
+                    "ds1",
+                    "chrome",
+                    &["c:139", "s:2"],
+                    ready(3, 1),
+                )),
+                object(daemon_set(
+                    "a",
+                    "ds2",
+                    "chrome",
+                    &["c:140", "s:2"],
+                    ready(2, 2),
+                )),
+                object(daemon_set("b", "ds3", "firefox", &["f:1"], Value::Null)),
+            ],
+        );
+        let _registration = m.observe_prepull(daemon_sets);
+        let text = m.encode().unwrap();
+        for expected in [
+            "browser_controller_prepull_images{namespace=\"a\",browserconfig=\"chrome\"} 3",
+            "browser_controller_prepull_nodes_pending{namespace=\"a\",browserconfig=\"chrome\"} 2",
+            "browser_controller_prepull_images{namespace=\"b\",browserconfig=\"firefox\"} 1",
+            "browser_controller_prepull_nodes_pending{namespace=\"b\",browserconfig=\"firefox\"} 0",
         ] {
             assert!(text.contains(expected), "missing {expected:?} in\n{text}");
         }

@@ -199,10 +199,10 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
 async fn reconcile_until_stopped(
     shared: Arc<Shared>,
     config_events: Recorder,
-    namespaces: &[String],
+    args: &RunArgs,
     stop: Stop,
-    grace: Duration,
 ) {
+    let (namespaces, grace) = (&args.namespaces, args.shutdown_timeout);
     let scopes: Vec<Option<String>> = if namespaces.is_empty() {
         vec![None]
     } else {
@@ -215,6 +215,7 @@ async fn reconcile_until_stopped(
         schemas: shared.schemas.clone(),
         metrics: shared.metrics.clone(),
         events: config_events,
+        prepull: args.enable_prepull.then(|| args.prepull_images.images()),
     };
     let validators = futures::future::join_all(
         scopes
@@ -276,6 +277,9 @@ pub async fn run_with_client(
     info!(browser = %kinds.browser.api_version, browserconfig = %kinds.browserconfig.api_version, "resolved kinds");
     // Fail at start with every missing RBAC rule rather than later inside a watch or a write.
     let mut needed = permissions::required(&kinds, &args.namespaces);
+    if args.enable_prepull {
+        needed.extend(permissions::prepull(&args.namespaces));
+    }
     if let Some(election) = &election {
         needed.extend(permissions::lease(&election.namespace));
     }
@@ -286,7 +290,8 @@ pub async fn run_with_client(
     // Before any pod is rendered; without a schema pods go out unpruned.
     let schemas = Arc::new(PodSchemas::new(client.clone(), SCHEMA_REFETCH_INTERVAL));
     schemas.load().await;
-    // Events on BrowserConfigs (rare: a refused validation) are published inline.
+    // Events on BrowserConfigs (rare: a refused validation, pre-pull changes) are published
+    // inline.
     let config_events = Recorder::new(
         client.clone(),
         Reporter {
@@ -337,15 +342,8 @@ pub async fn run_with_client(
     }
     let servers = futures::future::join_all(servers.into_iter().map(tokio::spawn));
 
-    let work = || {
-        reconcile_until_stopped(
-            shared.clone(),
-            config_events.clone(),
-            &args.namespaces,
-            stop.clone(),
-            args.shutdown_timeout,
-        )
-    };
+    let work =
+        || reconcile_until_stopped(shared.clone(), config_events.clone(), &args, stop.clone());
     let result = match &election {
         None => {
             work().await;

@@ -13,7 +13,7 @@ use kube::Client;
 use kube::api::{Api, PostParams};
 use kube::core::ApiResource;
 
-use crate::api::discovery::Kinds;
+use crate::api::discovery::{self, Kinds};
 use crate::api::error::describe;
 
 /// Group and plural of the Events the operator writes (`kube::runtime::events::Recorder`).
@@ -104,8 +104,16 @@ fn missing_lines(missing: &[String]) -> String {
     text.push_str(
         "grant the operator's service account the rules of rbac/ (all namespaces) or of rbac/namespaced/ (with --namespace)",
     );
+    if missing.iter().any(|m| m.contains(DAEMON_SETS)) {
+        text.push_str(
+            "\n--enable-prepull needs the DaemonSet rules of rbac/prepull/cluster-role.yaml (all namespaces) or rbac/prepull/namespaced.yaml (with --namespace)",
+        );
+    }
     text
 }
+
+/// How a missing DaemonSet permission is named.
+const DAEMON_SETS: &str = "daemonsets.apps";
 
 fn review_failed(access: &str, source: &kube::Error) -> String {
     let mut text = format!(
@@ -139,15 +147,7 @@ fn access(
 /// dropped), or once for all namespaces when `namespaces` is empty. Groups and plurals are
 /// those of the resolved kinds.
 pub fn required(kinds: &Kinds, namespaces: &[String]) -> Vec<Access> {
-    let mut scopes: Vec<Option<String>> = Vec::new();
-    for ns in namespaces {
-        if !scopes.iter().flatten().any(|seen| seen == ns) {
-            scopes.push(Some(ns.clone()));
-        }
-    }
-    if scopes.is_empty() {
-        scopes.push(None);
-    }
+    let scopes = scopes(namespaces);
     let events = ApiResource {
         group: EVENTS_GROUP.into(),
         version: "v1".into(),
@@ -183,6 +183,38 @@ pub fn required(kinds: &Kinds, namespaces: &[String]) -> Vec<Access> {
         out.extend(access(&events, None, &["create", "patch"], ns));
     }
     out
+}
+
+/// What the image pre-pull (`--enable-prepull`) needs on DaemonSets, per watched namespace
+/// or once for all namespaces: watch them, apply them, delete them.
+pub fn prepull(namespaces: &[String]) -> Vec<Access> {
+    let daemon_sets = discovery::daemon_sets();
+    scopes(namespaces)
+        .iter()
+        .flat_map(|ns| {
+            access(
+                &daemon_sets,
+                None,
+                &["list", "watch", "create", "patch", "delete"],
+                ns,
+            )
+            .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// Each watched namespace once, in order, or `None` (all namespaces) when there are none.
+fn scopes(namespaces: &[String]) -> Vec<Option<String>> {
+    let mut scopes: Vec<Option<String>> = Vec::new();
+    for ns in namespaces {
+        if !scopes.iter().flatten().any(|seen| seen == ns) {
+            scopes.push(Some(ns.clone()));
+        }
+    }
+    if scopes.is_empty() {
+        scopes.push(None);
+    }
+    scopes
 }
 
 /// Reviews every permission of [`required`]; fails with every missing one, or when the reviews
@@ -392,6 +424,34 @@ mod tests {
             body["spec"]["resourceAttributes"],
             serde_json::json!({"group": "", "resource": "pods", "verb": "list"})
         );
+    }
+
+    #[test]
+    fn prepull_asks_for_daemon_sets_in_each_scope() {
+        assert_eq!(
+            lines(&prepull(&[])),
+            [
+                "list daemonsets.apps in all namespaces",
+                "watch daemonsets.apps in all namespaces",
+                "create daemonsets.apps in all namespaces",
+                "patch daemonsets.apps in all namespaces",
+                "delete daemonsets.apps in all namespaces",
+            ]
+        );
+        let namespaced = prepull(&["a".into(), "b".into(), "a".into()]);
+        assert_eq!(namespaced.len(), 10);
+        assert_eq!(
+            namespaced[5].to_string(),
+            "list daemonsets.apps in namespace \"b\""
+        );
+        let text = PermissionError::Missing(vec![namespaced[0].to_string()]).to_string();
+        assert!(
+            text.ends_with("rbac/prepull/namespaced.yaml (with --namespace)"),
+            "{text}"
+        );
+        let text =
+            PermissionError::Missing(vec!["create pods in all namespaces".into()]).to_string();
+        assert!(!text.contains("prepull"), "{text}");
     }
 
     #[test]

@@ -14,10 +14,11 @@ use kube::runtime::reflector::store::Writer;
 use kube::runtime::watcher;
 use serde_json::json;
 
-use browser_controller::cli::{Cli, OutputFormat, RenderArgs};
+use browser_controller::cli::{Cli, OutputFormat, PrePullImageArgs, RenderArgs};
 use browser_controller::commands;
 use browser_controller::controller::cached::CachedBrowser;
 use browser_controller::metrics::{CacheRegistration, Metrics, Stage};
+use browser_controller::prepull::render as prepull;
 
 const OPERATIONS: &str = "docs/operations.md";
 const CONFIGURATION: &str = "docs/configuration.md";
@@ -481,6 +482,7 @@ fn render_args(command: &str) -> Option<RenderArgs> {
     let mut words = args.split_whitespace();
     words.find(|w| *w == "render")?;
     let (mut configs, mut browser, mut output) = (Vec::new(), None, OutputFormat::Yaml);
+    let mut prepull = false;
     while let Some(word) = words.next() {
         let (flag, inline) = match word.split_once('=') {
             Some((flag, value)) => (flag, Some(value.to_string())),
@@ -490,6 +492,7 @@ fn render_args(command: &str) -> Option<RenderArgs> {
         match flag {
             "-c" | "--config" => configs.push(repo().join(value()?)),
             "-b" | "--browser" => browser = Some(repo().join(value()?)),
+            "--prepull" => prepull = true,
             "-o" | "--output" => {
                 output = match value()?.as_str() {
                     "json" => OutputFormat::Json,
@@ -499,9 +502,17 @@ fn render_args(command: &str) -> Option<RenderArgs> {
             _ => {}
         }
     }
+    if browser.is_none() && !prepull {
+        return None;
+    }
     Some(RenderArgs {
         configs,
-        browser: browser?,
+        browser,
+        prepull,
+        prepull_images: PrePullImageArgs {
+            prepull_helper_image: prepull::DEFAULT_HELPER_IMAGE.into(),
+            prepull_pause_image: prepull::DEFAULT_PAUSE_IMAGE.into(),
+        },
         output,
     })
 }
@@ -577,8 +588,8 @@ fn the_merge_example_is_what_render_prints_for_the_files_it_names() {
 
 // ---- metrics -----------------------------------------------------------------------------
 
-/// A `Metrics` with a sample in every family: each recording method once, and a Browser
-/// and a BrowserConfig in the caches the gauges read.
+/// A `Metrics` with a sample in every family: each recording method once, and a Browser,
+/// a BrowserConfig and a pre-pull DaemonSet in the caches the gauges read.
 fn metrics_with_every_family() -> (Metrics, Vec<CacheRegistration>) {
     let metrics = Metrics::new();
     metrics.write("apply", "pods");
@@ -621,9 +632,25 @@ fn metrics_with_every_family() -> (Metrics, Vec<CacheRegistration>) {
         "metadata": {"name": "chrome", "namespace": "ns"},
         "spec": {"browsers": {"chrome": {"139.0": {"image": "chrome:139"}}}},
     }))));
+    let mut daemon_sets = Writer::<DynamicObject>::new(ApiResource {
+        group: "apps".into(),
+        version: "v1".into(),
+        api_version: "apps/v1".into(),
+        kind: "DaemonSet".into(),
+        plural: "daemonsets".into(),
+    });
+    daemon_sets.apply_watcher_event(&watcher::Event::Apply(object(json!({
+        "apiVersion": "apps/v1", "kind": "DaemonSet",
+        "metadata": {"name": "chrome-prepull-0123456789", "namespace": "ns", "generation": 1,
+            "ownerReferences": [{"apiVersion": "selenosis.io/v1", "kind": "BrowserConfig",
+                "name": "chrome", "uid": "u1", "controller": true}]},
+        "spec": {"template": {"spec": {"initContainers": [{"name": "pull-1", "image": "chrome:139"}]}}},
+        "status": {"observedGeneration": 1, "desiredNumberScheduled": 2, "updatedNumberScheduled": 2, "numberReady": 1},
+    }))));
     let registrations = vec![
         metrics.observe_browsers(browsers.as_reader()),
         metrics.observe_configs(configs.as_reader()),
+        metrics.observe_prepull(daemon_sets.as_reader()),
     ];
     (metrics, registrations)
 }

@@ -61,7 +61,7 @@ fn the(kind: &str) -> Value {
 
 #[test]
 fn every_file_holds_only_kubernetes_objects() {
-    for dir in ["rbac", NAMESPACED, "deploy"] {
+    for dir in ["rbac", NAMESPACED, PREPULL, "deploy"] {
         for path in applied_files(dir) {
             let objects = manifest::read_file(&path).unwrap();
             assert!(!objects.is_empty(), "{}", path.display());
@@ -385,6 +385,79 @@ fn the_roles_cover_everything_the_start_up_check_asks_for() {
         assert!(
             lease_role.contains(&as_triple(&access)),
             "leader-election Role lacks {access}"
+        );
+    }
+}
+
+const PREPULL: &str = "rbac/prepull";
+
+fn prepull_file(file: &str) -> Vec<Value> {
+    manifest::read_file(&repo().join(PREPULL).join(file)).unwrap()
+}
+
+/// What `--enable-prepull` needs, and nothing else.
+fn daemon_sets() -> BTreeSet<Triple> {
+    triples(
+        &["apps"],
+        &["daemonsets"],
+        &["list", "watch", "create", "patch", "delete"],
+    )
+    .into_iter()
+    .collect()
+}
+
+#[test]
+fn prepull_rbac_is_apart_and_grants_exactly_the_daemon_sets() {
+    assert_eq!(
+        file_names(PREPULL),
+        BTreeSet::from(["cluster-role.yaml".to_string(), "namespaced.yaml".into()])
+    );
+    // The default RBAC does not grow: nothing of rbac/ or rbac/namespaced/ touches DaemonSets.
+    for dir in ["rbac", NAMESPACED] {
+        for role in objects(dir)
+            .iter()
+            .filter(|o| o["kind"] == "Role" || o["kind"] == "ClusterRole")
+        {
+            assert!(
+                granted(role).iter().all(|(_, r, _)| r != "daemonsets"),
+                "{dir}: {role}"
+            );
+        }
+    }
+    assert!(kustomization("rbac").iter().all(|r| !r.contains("prepull")));
+
+    let cluster = prepull_file("cluster-role.yaml");
+    assert_eq!(cluster.len(), 2);
+    let role = one(&cluster, "ClusterRole");
+    assert!(role["metadata"].get("namespace").is_none());
+    assert_same(&granted(&role), &daemon_sets(), "pre-pull ClusterRole");
+    let binding = one(&cluster, "ClusterRoleBinding");
+    assert!(binding["metadata"].get("namespace").is_none());
+    assert_binds_to_the_service_account(&binding, &role);
+
+    let namespaced = prepull_file("namespaced.yaml");
+    assert_eq!(namespaced.len(), 2);
+    let role = one(&namespaced, "Role");
+    assert_eq!(role["metadata"]["namespace"], WATCHED);
+    assert_same(&granted(&role), &daemon_sets(), "pre-pull Role");
+    assert_binds_to_the_service_account(&one(&namespaced, "RoleBinding"), &role);
+}
+
+#[test]
+fn the_prepull_roles_cover_what_the_start_up_check_asks_for_with_the_flag() {
+    let cluster = granted(&one(&prepull_file("cluster-role.yaml"), "ClusterRole"));
+    for access in permissions::prepull(&[]) {
+        assert!(
+            cluster.contains(&as_triple(&access)),
+            "ClusterRole lacks {access}"
+        );
+    }
+    let namespaced = granted(&one(&prepull_file("namespaced.yaml"), "Role"));
+    for access in permissions::prepull(&[WATCHED.to_string()]) {
+        assert_eq!(access.namespace.as_deref(), Some(WATCHED));
+        assert!(
+            namespaced.contains(&as_triple(&access)),
+            "Role lacks {access}"
         );
     }
 }

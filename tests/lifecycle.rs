@@ -944,3 +944,119 @@ async fn after_an_api_outage_new_browsers_get_a_status_within_seconds() {
     }
     assert_eq!(env.pod_applies(), 6);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_prepull_flag_a_config_that_asks_hears_so_and_nothing_is_pulled() {
+    let env = start(&[]).await;
+    env.create_config(
+        "chrome",
+        json!({
+            "template": {"prePull": true},
+            "browsers": {"chrome": {"139.0": {"image": "selenium/standalone-chrome:139.0"}}}
+        }),
+    )
+    .await;
+    let conditions = env.judged_conditions("chrome").await;
+    let pre_pulled = condition(&conditions, "PrePulled").expect("a PrePulled condition");
+    assert_eq!(pre_pulled["status"], "False");
+    assert_eq!(pre_pulled["reason"], "PrePullDisabled");
+    let status = &env.server.get("browserconfigs", NS, "chrome").unwrap()["status"];
+    assert!(status.get("prePull").is_none(), "{status}");
+    // The operator does not even look at DaemonSets.
+    assert!(
+        env.server
+            .requests()
+            .iter()
+            .all(|r| r.resource != "daemonsets"),
+        "DaemonSets were requested without --enable-prepull"
+    );
+}
+
+const PREPULL_SPEC: &str = r#"{
+    "template": {"prePull": true, "nodeSelector": {"pool": "browsers"}},
+    "browsers": {"chrome": {"139.0": {"image": "selenium/standalone-chrome:139.0"}}}
+}"#;
+
+impl Env {
+    /// Stops the operator as SIGTERM does and waits for it to end.
+    async fn stop_operator(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(operator) = self.operator.take() {
+            operator.await.expect("operator stopped");
+        }
+    }
+
+    fn daemon_sets(&self) -> Vec<Value> {
+        self.server.list("daemonsets.apps", NS)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_config_deleted_while_the_operator_was_away_loses_its_daemon_sets_on_its_return() {
+    let mut env = start(&["--enable-prepull"]).await;
+    env.create_config("chrome", serde_json::from_str(PREPULL_SPEC).unwrap())
+        .await;
+    env.until("a pre-pull DaemonSet", |e| e.daemon_sets().len() == 1)
+        .await;
+    env.stop_operator().await;
+    let configs: Api<DynamicObject> =
+        Api::namespaced_with(env.client.clone(), NS, &config_resource(env.layout));
+    configs
+        .delete("chrome", &Default::default())
+        .await
+        .expect("config deleted");
+    // Nothing collects garbage here: the DaemonSet stays until the operator sweeps it.
+    assert_eq!(env.daemon_sets().len(), 1);
+    env.start_operator(&["--enable-prepull"]);
+    env.until("the DaemonSet swept", |e| e.daemon_sets().is_empty())
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daemon_set_the_cluster_refuses_is_reported_with_a_warning_and_not_retried_at_once() {
+    let env = start(&["--enable-prepull"]).await;
+    env.server.inject(Fault::new(
+        "create",
+        "daemonsets.apps",
+        422,
+        "Invalid",
+        "DaemonSet.apps \"chrome-prepull-x\" is invalid: spec.template.spec.runtimeClassName: Invalid value",
+    ));
+    env.create_config("chrome", serde_json::from_str(PREPULL_SPEC).unwrap())
+        .await;
+    env.until_config_condition("chrome", "PrePulled").await;
+    let conditions = env.judged_conditions("chrome").await;
+    let pre_pulled = condition(&conditions, "PrePulled").unwrap();
+    assert_eq!(pre_pulled["status"], "False");
+    assert_eq!(pre_pulled["reason"], "ApplyFailed");
+    assert!(
+        pre_pulled["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("runtimeClassName: Invalid value")),
+        "{pre_pulled}"
+    );
+    env.until("a PrePullFailed Warning", |e| {
+        e.event_reasons("chrome")
+            .contains(&"PrePullFailed".to_string())
+    })
+    .await;
+    // The echoes of its own writes (and the first lists) may try again; then it waits.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let applies = || {
+        env.server
+            .requests()
+            .iter()
+            .filter(|r| r.resource == "daemonsets" && r.verb == "patch")
+            .count()
+    };
+    let before = applies();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        applies(),
+        before,
+        "a refused DaemonSet is not retried at once"
+    );
+    assert!(env.daemon_sets().is_empty());
+}

@@ -167,3 +167,50 @@ async fn leader_election_needs_its_lease_verbs_in_the_lease_namespace() {
     );
     assert!(missing[0].contains("browser-controller"), "{missing:?}");
 }
+
+/// The operator with `flags`, stopped at once if it gets past its checks.
+async fn start_operator(client: kube::Client, flags: &[&str]) -> Result<(), String> {
+    use clap::Parser;
+    let mut argv = vec![
+        "browser-controller",
+        "--metrics-addr=0",
+        "--health-probe-bind-address=0",
+    ];
+    argv.extend_from_slice(flags);
+    let args = browser_controller::cli::Cli::try_parse_from(argv)
+        .unwrap()
+        .run;
+    let metrics = std::sync::Arc::new(browser_controller::metrics::Metrics::new());
+    browser_controller::operator::run_with_client(client, args, metrics, async {})
+        .await
+        .map_err(|e| e.to_string())
+}
+
+#[tokio::test]
+async fn prepull_asks_for_daemon_sets_only_with_its_flag() {
+    let (server, client, _kinds) = setup(Layout::Default).await;
+    server.deny("*", "apps", "daemonsets");
+    // Without the flag nothing is asked of DaemonSets: the operator starts.
+    start_operator(client.clone(), &[]).await.unwrap();
+    let text = start_operator(client, &["--enable-prepull", "--namespace=team-a"])
+        .await
+        .unwrap_err();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines[..5],
+        [
+            "missing permission: cannot list daemonsets.apps in namespace \"team-a\"",
+            "missing permission: cannot watch daemonsets.apps in namespace \"team-a\"",
+            "missing permission: cannot create daemonsets.apps in namespace \"team-a\"",
+            "missing permission: cannot patch daemonsets.apps in namespace \"team-a\"",
+            "missing permission: cannot delete daemonsets.apps in namespace \"team-a\"",
+        ],
+        "{text}"
+    );
+    assert!(
+        lines
+            .last()
+            .is_some_and(|l| l.contains("rbac/prepull/namespaced.yaml")),
+        "{text}"
+    );
+}

@@ -291,3 +291,53 @@ fn configs_of_another_namespace_are_named_with_the_browsers() {
         "{line}"
     );
 }
+
+#[test]
+fn render_prepull_prints_the_daemon_sets_and_needs_no_browser() {
+    let config = TempPath::file("prepull.yaml", &testdata("prepull/chrome.yaml"));
+    let output = run(&["render", "--prepull", "-c", config.as_str()]);
+    assert!(output.status.success(), "{output:?}");
+    assert!(output.stderr.is_empty(), "{output:?}");
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    assert_eq!(stdout, testdata("golden/chrome.daemonset.yaml"));
+    // The helper images come from the same flags (and variables) as the operator's.
+    let output = Command::new(env!("CARGO_BIN_EXE_browser-controller"))
+        .args(["render", "--prepull", "-c", config.as_str(), "-o", "json"])
+        .env("PREPULL_HELPER_IMAGE", "mirror.example/busybox:1")
+        .output()
+        .unwrap();
+    let list: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(
+        list["items"][0]["spec"]["template"]["spec"]["initContainers"][0]["image"],
+        "mirror.example/busybox:1"
+    );
+}
+
+#[test]
+fn render_needs_a_browser_unless_prepull_and_prepull_takes_none() {
+    let config = chrome_config();
+    let browser = chrome_browser();
+    let output = run(&["render", "-c", config.as_str()]);
+    assert!(!output.status.success());
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("--browser"),
+        "{output:?}"
+    );
+    let output = run(&[
+        "render",
+        "--prepull",
+        "-c",
+        config.as_str(),
+        "-b",
+        browser.as_str(),
+    ]);
+    assert!(!output.status.success(), "{output:?}");
+    // A config that asks for no pre-pull: one clear line.
+    let line = failure_line(&run(&["render", "--prepull", "-c", config.as_str()]));
+    assert!(
+        line.starts_with(&format!(
+            "{PREFIX}no entry of the given BrowserConfigs asks for pre-pull"
+        )),
+        "{line}"
+    );
+}

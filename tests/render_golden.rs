@@ -10,13 +10,14 @@ use kube::api::DynamicObject;
 use kube::core::ApiResource;
 use serde_json::{Value, json};
 
-use browser_controller::cli::{OutputFormat, RenderArgs};
+use browser_controller::cli::{OutputFormat, PrePullImageArgs, RenderArgs};
 use browser_controller::commands::{self, RenderCommandError};
 use browser_controller::config::{lookup, validate};
 use browser_controller::lifecycle::decide::PodCreation;
 use browser_controller::lifecycle::desired;
 use browser_controller::manifest;
 use browser_controller::pod::schema::PodSchema;
+use browser_controller::prepull::render as prepull;
 
 const REGENERATE: &str = "UPDATE_GOLDEN=1 cargo test --test render_golden";
 
@@ -70,7 +71,12 @@ fn render(
 ) -> Result<String, RenderCommandError> {
     commands::render(&RenderArgs {
         configs,
-        browser,
+        browser: Some(browser),
+        prepull: false,
+        prepull_images: PrePullImageArgs {
+            prepull_helper_image: prepull::DEFAULT_HELPER_IMAGE.into(),
+            prepull_pause_image: prepull::DEFAULT_PAUSE_IMAGE.into(),
+        },
         output,
     })
 }

@@ -288,6 +288,8 @@ fn browserconfig_crd(layout: Layout) -> Value {
          "description": "Whether the configuration is in use for new Browsers"},
         {"name": "Entries", "type": "integer", "jsonPath": ".status.entries",
          "description": "Browser version entries, `*` entries included"},
+        {"name": "PrePulled", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"PrePulled\")].status",
+         "description": "Whether the images of the entries that ask for pre-pull are on every node their browsers may run on"},
         {"name": "SpecHash", "type": "string", "jsonPath": ".status.version", "priority": 1,
          "description": "Hash of the spec the status was computed from"},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
@@ -610,6 +612,10 @@ mod types {
         init_containers: Option<Vec<Container>>,
         /// Containers added after the browser container.
         sidecars: Option<Vec<Container>>,
+        /// Pull the images of the explicit version entries this applies to (browser,
+        /// sidecars, init containers) ahead of the first session, on the nodes where their
+        /// browsers may run. Needs the operator's --enable-prepull.
+        pre_pull: Option<bool>,
     }
 
     #[derive(JsonSchema)]
@@ -669,9 +675,39 @@ mod types {
         last_updated: Option<String>,
         /// Generation of the BrowserConfig this status was computed from.
         observed_generation: Option<i64>,
-        /// Validation results (e.g. Ready, Valid, Conflict), one per type.
+        /// Validation results (e.g. Ready, Valid, Conflict, PrePulled), one per type.
         #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
         conditions: Option<Vec<Condition>>,
+        /// Progress of the image pre-pull, for configs that ask for it.
+        pre_pull: Option<PrePullStatus>,
+    }
+
+    /// The image pre-pull DaemonSets of the config and how far they got.
+    #[derive(JsonSchema)]
+    #[schemars(rename_all = "camelCase")]
+    struct PrePullStatus {
+        /// Distinct images pulled.
+        images: Option<i64>,
+        /// Nodes that have every image of their DaemonSet, summed over the DaemonSets.
+        nodes_ready: Option<i64>,
+        /// Nodes the DaemonSets run on, summed.
+        nodes_desired: Option<i64>,
+        /// One per scheduling group of the entries.
+        #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+        daemon_sets: Option<Vec<PrePullDaemonSet>>,
+    }
+
+    #[derive(JsonSchema)]
+    #[schemars(rename_all = "camelCase")]
+    struct PrePullDaemonSet {
+        /// Name of the DaemonSet, in the config's namespace.
+        name: String,
+        /// Images it pulls.
+        images: Option<i64>,
+        /// Nodes whose pod runs the current images and is ready.
+        nodes_ready: Option<i64>,
+        /// Nodes it runs on (desiredNumberScheduled).
+        nodes_desired: Option<i64>,
     }
 }
 
@@ -1036,7 +1072,7 @@ mod tests {
         assert_eq!(conditions["items"]["required"], json!(["type", "status"]));
     }
 
-    const TEMPLATE_KEYS: [&str; 29] = [
+    const TEMPLATE_KEYS: [&str; 30] = [
         "labels",
         "annotations",
         "env",
@@ -1066,6 +1102,7 @@ mod tests {
         "enableServiceLinks",
         "initContainers",
         "sidecars",
+        "prePull",
     ];
 
     #[test]
@@ -1136,6 +1173,7 @@ mod tests {
             ("serviceAccountName", "string"),
             ("automountServiceAccountToken", "boolean"),
             ("enableServiceLinks", "boolean"),
+            ("prePull", "boolean"),
         ] {
             assert_eq!(template[field]["type"], ty, "{field}");
         }
@@ -1167,10 +1205,22 @@ mod tests {
                 "entries",
                 "lastUpdated",
                 "observedGeneration",
-                "conditions"
+                "conditions",
+                "prePull"
             ]
         );
         assert_eq!(status["properties"]["entries"]["type"], "integer");
+        let pre_pull = &status["properties"]["prePull"];
+        assert_eq!(
+            keys_of(pre_pull),
+            ["images", "nodesReady", "nodesDesired", "daemonSets"]
+        );
+        let daemon_sets = &pre_pull["properties"]["daemonSets"];
+        assert_eq!(daemon_sets["x-kubernetes-list-map-keys"], json!(["name"]));
+        assert_eq!(
+            keys_of(&daemon_sets["items"]),
+            ["name", "images", "nodesReady", "nodesDesired"]
+        );
         assert_eq!(status["properties"]["lastUpdated"]["format"], "date-time");
         assert_eq!(
             status["properties"]["conditions"]["x-kubernetes-list-type"],
@@ -1205,6 +1255,12 @@ mod tests {
                     0
                 ),
                 ("Entries", "integer", ".status.entries", 0),
+                (
+                    "PrePulled",
+                    "string",
+                    ".status.conditions[?(@.type==\"PrePulled\")].status",
+                    0
+                ),
                 ("SpecHash", "string", ".status.version", 1),
                 ("Age", "date", ".metadata.creationTimestamp", 0),
             ]

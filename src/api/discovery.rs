@@ -17,6 +17,11 @@ pub struct Kinds {
     pub pod: ApiResource,
 }
 
+/// The DaemonSets of the image pre-pull: a built-in kind, `apps/v1` since Kubernetes 1.9.
+pub fn daemon_sets() -> ApiResource {
+    ApiResource::erase::<k8s_openapi::api::apps::v1::DaemonSet>(&())
+}
+
 /// Why the kinds could not be resolved.
 #[derive(Debug, thiserror::Error)]
 pub enum DiscoveryError {

@@ -31,6 +31,16 @@ pub const SELENIFEROUS_CONTAINER: &str = "seleniferous";
 /// Containers whose termination ends the session (docs/behaviour.md, "The Pod of a Browser").
 pub const CRITICAL_CONTAINERS: [&str; 2] = [BROWSER_CONTAINER, SELENIFEROUS_CONTAINER];
 
+/// Standard label naming the part an object plays; on the pre-pull DaemonSets and their pods.
+pub const LABEL_COMPONENT: &str = "app.kubernetes.io/component";
+/// Value of [`LABEL_COMPONENT`] on the pre-pull DaemonSets and their pods.
+pub const PREPULL_COMPONENT: &str = "image-prepull";
+/// Label carrying the name of a pre-pull DaemonSet on its pods (the DaemonSet's selector).
+pub const LABEL_PREPULL: &str = "selenosis.io/prepull";
+/// Annotation on a pre-pull DaemonSet: hash of what the operator applied, so that an
+/// unchanged DaemonSet is not applied again.
+pub const ANNOTATION_PREPULL_HASH: &str = "selenosis.io/prepull-hash";
+
 /// Default API group of both kinds.
 pub const DEFAULT_GROUP: &str = "selenosis.io";
 /// API group of `Browser` in the split layout used by the selenosis Helm chart.
@@ -47,4 +57,9 @@ pub const BROWSERCONFIG_KIND: &str = "BrowserConfig";
 /// Label selector of the operator's pod watch.
 pub fn managed_pods_selector() -> String {
     format!("{LABEL_MANAGED_BY}={MANAGER}")
+}
+
+/// Label selector of the operator's watch of its pre-pull DaemonSets.
+pub fn prepull_selector() -> String {
+    format!("{LABEL_MANAGED_BY}={MANAGER},{LABEL_COMPONENT}={PREPULL_COMPONENT}")
 }

@@ -227,7 +227,7 @@ pub(crate) fn merged_entry(
 }
 
 /// The entry with `{version}` in its image replaced, or `None` when it has no image.
-fn with_version(mut entry: Value, version: &str) -> Option<Value> {
+pub(crate) fn with_version(mut entry: Value, version: &str) -> Option<Value> {
     let image = entry
         .get("image")
         .and_then(Value::as_str)

@@ -1,8 +1,9 @@
 //! BrowserConfig status (docs/behaviour.md, "BrowserConfig validation and status"): `version`,
-//! `entries`, `lastUpdated`, `observedGeneration` and the `Valid` / `Ready` /
-//! `PodFieldsRemoved` / `Conflict` conditions, derived from the local validation, the cluster's
-//! dry-run verdicts (or its refusal to judge), the fields removed from the pods because the
-//! cluster's Pod schema lacks them, and the conflicts with other configs. Pure: times and
+//! `entries`, `lastUpdated`, `observedGeneration`, `prePull` and the `Valid` / `Ready` /
+//! `PodFieldsRemoved` / `Conflict` / `PrePulled` conditions, derived from the local validation,
+//! the cluster's dry-run verdicts (or its refusal to judge), the fields removed from the pods
+//! because the cluster's Pod schema lacks them, the conflicts with other configs and the
+//! progress of the image pre-pull. Pure: times and
 //! verdicts come in, a status comes out, identical inputs give an identical status.
 
 use jiff::Timestamp;
@@ -135,6 +136,16 @@ fn condition(
     })
 }
 
+/// What the status reports about a config's image pre-pull (docs/operations.md, "Image
+/// pre-pull"): the `PrePulled` condition, and `status.prePull` when there are DaemonSets.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PrePullFinding {
+    pub summary: Option<Value>,
+    pub status: &'static str,
+    pub reason: &'static str,
+    pub message: String,
+}
+
 /// What the status reports about the configuration's entries.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Findings<'a> {
@@ -145,6 +156,8 @@ pub struct Findings<'a> {
     /// Per-entry fields removed from the pods ([`removed_fields`]).
     pub removed: &'a [String],
     pub conflicts: &'a [Conflict],
+    /// Image pre-pull, for configs that ask for it.
+    pub pre_pull: Option<&'a PrePullFinding>,
 }
 
 /// The full desired status of a BrowserConfig whose spec hashes to `version`.
@@ -160,6 +173,7 @@ pub fn status(
         refusals,
         removed,
         conflicts,
+        pre_pull,
     } = findings;
     let version = version_of(spec);
     let last_updated = match current.get("version").and_then(Value::as_str) {
@@ -249,12 +263,25 @@ pub fn status(
             now,
         ));
     }
+    if let Some(pre_pull) = pre_pull {
+        conditions.push(condition(
+            current,
+            "PrePulled",
+            pre_pull.status,
+            pre_pull.reason,
+            &pre_pull.message,
+            now,
+        ));
+    }
     let mut status = json!({
         "version": version,
         "entries": entries_of(spec),
         "lastUpdated": last_updated,
         "conditions": conditions,
     });
+    if let Some(summary) = pre_pull.and_then(|p| p.summary.as_ref()) {
+        status["prePull"] = summary.clone();
+    }
     if let Some(g) = generation {
         status["observedGeneration"] = json!(g);
     }
@@ -400,6 +427,40 @@ mod tests {
                 .unwrap()
                 .contains("BrowserConfig a")
         );
+    }
+
+    #[test]
+    fn pre_pull_adds_its_condition_and_summary_only_when_asked() {
+        let finding = PrePullFinding {
+            summary: Some(json!({"images": 2})),
+            status: "False",
+            reason: "Pulling",
+            message: "nodes with every image: ds 1/2".into(),
+        };
+        let findings = Findings {
+            pre_pull: Some(&finding),
+            ..Findings::default()
+        };
+        let s = status(&Value::Null, &json!({}), None, findings, now());
+        assert_eq!(s["prePull"], json!({"images": 2}));
+        let c = &s["conditions"][2];
+        assert_eq!(c["type"], "PrePulled");
+        assert_eq!(c["reason"], "Pulling");
+        assert_eq!(c["message"], "nodes with every image: ds 1/2");
+        let without = status(&s, &json!({}), None, Findings::default(), now());
+        assert!(without.get("prePull").is_none());
+        assert_eq!(without["conditions"].as_array().unwrap().len(), 2);
+        let disabled = PrePullFinding {
+            summary: None,
+            ..finding
+        };
+        let findings = Findings {
+            pre_pull: Some(&disabled),
+            ..Findings::default()
+        };
+        let s = status(&Value::Null, &json!({}), None, findings, now());
+        assert!(s.get("prePull").is_none());
+        assert_eq!(s["conditions"][2]["type"], "PrePulled");
     }
 
     #[test]

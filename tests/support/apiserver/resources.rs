@@ -204,6 +204,11 @@ pub fn builtins() -> Vec<ResourceDef> {
             .short(&["no"], &[]),
         ResourceDef::builtin("events.k8s.io", "v1", "events", "Event", true).short(&["ev"], &[]),
         ResourceDef::builtin("coordination.k8s.io", "v1", "leases", "Lease", true),
+        // No DaemonSet controller runs here (nor on a bare control plane): tests write the
+        // status.
+        ResourceDef::builtin("apps", "v1", "daemonsets", "DaemonSet", true)
+            .status()
+            .short(&["ds"], &["all"]),
         ResourceDef::builtin("", "v1", "serviceaccounts", "ServiceAccount", true)
             .short(&["sa"], &[]),
         ResourceDef::builtin("rbac.authorization.k8s.io", "v1", "roles", "Role", true),

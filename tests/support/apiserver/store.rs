@@ -191,7 +191,8 @@ fn spec_changed(old: &Value, new: &Value, status_separate: bool) -> bool {
 }
 
 fn tracks_generation(def: &ResourceDef) -> bool {
-    matches!(def.special, Special::Pod | Special::Crd) || def.crd
+    // Workloads (apps/v1) count spec changes like every object with a status subresource.
+    matches!(def.special, Special::Pod | Special::Crd) || def.crd || def.group == "apps"
 }
 
 impl State {
