@@ -3,19 +3,19 @@
 //! them whatever the golden files say: images without a shell are pulled by the copied
 //! helper binary, one DaemonSet per scheduling, and every field is a DaemonSet field.
 
-use std::path::{Path, PathBuf};
+#[path = "support/golden.rs"]
+mod golden;
+
+use std::path::PathBuf;
 
 use serde_json::{Value, json};
 
 use browser_controller::cli::{OutputFormat, PrePullImageArgs, RenderArgs};
 use browser_controller::commands::{self, RenderCommandError};
 use browser_controller::prepull::render as prepull;
+use golden::{stems, testdata};
 
 const REGENERATE: &str = "UPDATE_GOLDEN=1 cargo test --test prepull_golden";
-
-fn testdata() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata")
-}
 
 fn config_file(stem: &str) -> PathBuf {
     testdata().join("prepull").join(format!("{stem}.yaml"))
@@ -25,17 +25,6 @@ fn golden_file(stem: &str) -> PathBuf {
     testdata()
         .join("golden")
         .join(format!("{stem}.daemonset.yaml"))
-}
-
-/// Stems of the files with `suffix` in `dir`, sorted.
-fn stems(dir: &Path, suffix: &str) -> Vec<String> {
-    let mut stems: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
-        .filter_map(|name| name.strip_suffix(suffix).map(str::to_owned))
-        .collect();
-    stems.sort();
-    stems
 }
 
 fn render(configs: Vec<PathBuf>, output: OutputFormat) -> Result<String, RenderCommandError> {
@@ -64,33 +53,7 @@ fn daemon_sets(yaml: &str) -> Vec<Value> {
 
 /// Compares `actual` with the golden file of `stem`, or rewrites it under UPDATE_GOLDEN=1.
 fn check_golden(stem: &str, actual: &str) {
-    let path = golden_file(stem);
-    if std::env::var("UPDATE_GOLDEN").is_ok_and(|v| v == "1") {
-        std::fs::write(&path, actual).unwrap();
-        println!("updated {}", path.display());
-        return;
-    }
-    let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!(
-            "cannot read golden file {}: {e}\ncreate it with: {REGENERATE}",
-            path.display()
-        )
-    });
-    let (mut a, mut e) = (actual.lines(), expected.lines());
-    for line in 1.. {
-        match (a.next(), e.next()) {
-            (None, None) => break,
-            (x, y) if x == y => {}
-            (x, y) => panic!(
-                "rendered DaemonSets differ from {} at line {line}:\n  golden:   {}\n  rendered: {}\n\
-                 if the change is intended, regenerate with: {REGENERATE} (and review the diff)",
-                path.display(),
-                y.unwrap_or("<end of file>"),
-                x.unwrap_or("<end of output>"),
-            ),
-        }
-    }
-    assert_eq!(actual, expected, "{}: final newline", path.display());
+    golden::check(&golden_file(stem), actual, REGENERATE);
 }
 
 #[test]

@@ -2,6 +2,8 @@
 //! BrowserConfig (docs/behaviour.md, "The Pod of a Browser"; docs/configuration.md), and
 //! compatibility with the BrowserConfigs of the current Selenosis stack.
 
+#[path = "support/golden.rs"]
+mod golden;
 mod support;
 
 use std::path::{Path, PathBuf};
@@ -18,6 +20,7 @@ use browser_controller::lifecycle::desired;
 use browser_controller::manifest;
 use browser_controller::pod::schema::PodSchema;
 use browser_controller::prepull::render as prepull;
+use golden::{first_difference, stems, testdata};
 
 const REGENERATE: &str = "UPDATE_GOLDEN=1 cargo test --test render_golden";
 
@@ -37,10 +40,6 @@ const FAILING: [(&str, &str, &str); 1] = [(
     "InvalidSelenosisOptions",
 )];
 
-fn testdata() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata")
-}
-
 fn browser_file(stem: &str) -> PathBuf {
     testdata().join("browsers").join(format!("{stem}.yaml"))
 }
@@ -51,17 +50,6 @@ fn config_file(stem: &str) -> PathBuf {
 
 fn golden_file(stem: &str) -> PathBuf {
     testdata().join("golden").join(format!("{stem}.pod.yaml"))
-}
-
-/// Stems of the files with `suffix` in `dir`, sorted.
-fn stems(dir: &Path, suffix: &str) -> Vec<String> {
-    let mut stems: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
-        .filter_map(|name| name.strip_suffix(suffix).map(str::to_owned))
-        .collect();
-    stems.sort();
-    stems
 }
 
 fn render(
@@ -90,48 +78,9 @@ fn render_case(browser: &str, config: &str) -> String {
     .unwrap_or_else(|e| panic!("{browser} with {config}: {e}"))
 }
 
-/// The first line where `actual` and `expected` differ, 1-based, with both sides.
-fn first_difference<'a>(actual: &'a str, expected: &'a str) -> Option<(usize, &'a str, &'a str)> {
-    let (mut actual_lines, mut expected_lines) = (actual.lines(), expected.lines());
-    for number in 1.. {
-        match (actual_lines.next(), expected_lines.next()) {
-            (None, None) => break,
-            (a, e) if a == e => {}
-            (a, e) => {
-                return Some((
-                    number,
-                    a.unwrap_or("<end of output>"),
-                    e.unwrap_or("<end of file>"),
-                ));
-            }
-        }
-    }
-    // Same lines: only the final newline can differ.
-    (actual != expected).then_some((actual.lines().count() + 1, "<newline at end>", "<none>"))
-}
-
 /// Compares `actual` with the golden file of `stem`, or rewrites it under UPDATE_GOLDEN=1.
 fn check_golden(stem: &str, actual: &str) {
-    let path = golden_file(stem);
-    if std::env::var("UPDATE_GOLDEN").is_ok_and(|v| v == "1") {
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(&path, actual).unwrap();
-        println!("updated {}", path.display());
-        return;
-    }
-    let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!(
-            "cannot read golden file {}: {e}\ncreate it with: {REGENERATE}",
-            path.display()
-        )
-    });
-    if let Some((line, got, want)) = first_difference(actual, &expected) {
-        panic!(
-            "rendered pod differs from {} at line {line}:\n  golden:   {want}\n  rendered: {got}\n\
-             if the change is intended, regenerate with: {REGENERATE} (and review the diff)",
-            path.display()
-        );
-    }
+    golden::check(&golden_file(stem), actual, REGENERATE);
 }
 
 fn golden_case(browser: &str, config: &str) {
