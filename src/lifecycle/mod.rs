@@ -1,7 +1,6 @@
 //! The Browser lifecycle (docs/behaviour.md, "Lifecycle"): status derivation and the reconcile
-//! decision are pure; `execute` performs a decided plan against the API.
+//! decision, all pure; `controller::execute` performs a decided plan against the API.
 
 pub mod decide;
 pub mod desired;
-pub mod execute;
 pub mod status;

@@ -8,11 +8,11 @@ use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, Preconditi
 use kube::core::ApiResource;
 use serde_json::{Value, json};
 
-use super::decide::{Event, Plan, PodAdoption, PodDelete, holds_finalizer};
-use super::status::Failure;
 use crate::api::error::describe;
 use crate::api::keys;
 use crate::api::openapi::is_unknown_field_rejection;
+use crate::lifecycle::decide::{Plan, PodAdoption, PodDelete, holds_finalizer};
+use crate::lifecycle::status::Failure;
 use crate::metrics::{self, Metrics, Stage};
 
 /// The resourceVersion that makes a pod apply create-only (see `Target::create_pod`).
@@ -436,33 +436,6 @@ fn took_effect(result: Result<(), kube::Error>) -> Result<bool, kube::Error> {
     }
 }
 
-/// Turns plan events into runtime events for the recorder.
-pub fn to_runtime_event(event: &Event) -> kube::runtime::events::Event {
-    use kube::runtime::events::EventType;
-    kube::runtime::events::Event {
-        type_: if event.warning {
-            EventType::Warning
-        } else {
-            EventType::Normal
-        },
-        reason: event.reason.clone(),
-        note: Some(truncate(&event.note, 1024)),
-        action: event.action.into(),
-        secondary: None,
-    }
-}
-
-fn truncate(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_string();
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    s[..end].to_string()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -487,19 +460,5 @@ mod tests {
         for transient in [500, 503, 504, 409, 429] {
             assert_eq!(classify_create_error(transient, "x"), CreateOutcome::Retry);
         }
-    }
-
-    #[test]
-    fn event_notes_are_cut_to_the_api_limit_on_a_char_boundary() {
-        let e = Event {
-            warning: true,
-            reason: "X".into(),
-            note: "é".repeat(600),
-            action: "Fail",
-        };
-        let runtime = to_runtime_event(&e);
-        let note = runtime.note.unwrap();
-        assert!(note.len() <= 1024);
-        assert!(note.chars().all(|c| c == 'é'));
     }
 }

@@ -11,189 +11,42 @@
 //! status; DaemonSet changes reconcile their config, and a sweep deletes the DaemonSets of
 //! configs that are gone.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use jiff::Timestamp;
-use kube::Resource;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use tracing::{Instrument, debug, info_span, warn};
 
+use super::events::ConfigEvents;
+use super::prepull::{self, PREPULL_CACHE_WAIT, PrePull};
+use super::scope::scoped_api;
+use super::verdicts::{REFUSED_RETRY_MAX, Verdict, Verdicts};
+use super::watch::{self, WatchHealth};
 use crate::api::discovery::Kinds;
 use crate::api::error::describe;
 use crate::api::keys;
 use crate::api::openapi::{PodSchemas, is_unknown_field_rejection};
 use crate::config::report::{self, DryRun, Findings};
 use crate::config::{lookup, validate};
-use crate::controller::scoped_api;
-use crate::controller::watch::{self, WatchHealth};
 use crate::lifecycle::decide::PodCreation;
 use crate::lifecycle::desired;
 use crate::metrics::Metrics;
 use crate::pod::schema::PodSchema;
+use crate::prepull::progress;
 use crate::prepull::render::HelperImages;
-use crate::prepull::{progress, render as prepull_render, sync as prepull_sync};
+use crate::prepull::sync as prepull_sync;
 
 /// Version used to render a `"*"` entry for its dry run (a valid label value).
 const SAMPLE_VERSION: &str = "latest";
-
-/// The cluster's verdict on one entry.
-#[derive(Debug, Clone, Default)]
-struct Verdict {
-    rejection: Option<String>,
-    /// The cluster refused to judge the entry (kept for this reconcile only).
-    refusal: Option<String>,
-    removed: Vec<String>,
-}
-
-/// Verdicts by lower-cased (browser, version key) of one config.
-type EntryVerdicts = HashMap<(String, String), Verdict>;
-
-/// What was judged of a config: its generation, against which Pod schema (if any).
-type Judged = (i64, Option<Weak<PodSchema>>);
-
-/// Whether `judged` is the judgement of `generation` against `schema`.
-fn judged_as(judged: &Judged, generation: i64, schema: Option<&Arc<PodSchema>>) -> bool {
-    match (judged, schema) {
-        ((g, None), None) => *g == generation,
-        ((g, Some(weak)), Some(schema)) => {
-            *g == generation && Weak::ptr_eq(weak, &Arc::downgrade(schema))
-        }
-        _ => false,
-    }
-}
-
-/// Dry runs of a config that the cluster refused to judge, kept until the retry is due, so
-/// that reconciles in between (the watch event of the config's own status write) do not ask
-/// again.
-struct Refused {
-    judged: Judged,
-    runs: Vec<DryRun>,
-    /// When the cluster first refused, in this run of refusals.
-    since: Instant,
-    retry_at: Instant,
-}
-
-/// Dry-run verdicts by namespace and config name.
-#[derive(Default)]
-pub struct Verdicts {
-    by_config: Mutex<HashMap<(String, String), EntryVerdicts>>,
-    judged: Mutex<HashMap<String, Judged>>,
-    refused: Mutex<HashMap<String, Refused>>,
-}
-
-impl Verdicts {
-    /// The cluster's rejection of an entry, if any.
-    pub fn rejection(
-        &self,
-        ns: &str,
-        config: &str,
-        browser: &str,
-        version_key: &str,
-    ) -> Option<String> {
-        self.verdict(ns, config, browser, version_key).rejection
-    }
-
-    fn verdict(&self, ns: &str, config: &str, browser: &str, version_key: &str) -> Verdict {
-        let by_config = self.by_config.lock().unwrap_or_else(|e| e.into_inner());
-        by_config
-            .get(&(ns.to_string(), config.to_string()))
-            .and_then(|entries| entries.get(&(browser.to_lowercase(), version_key.to_lowercase())))
-            .cloned()
-            .unwrap_or_default()
-    }
-
-    /// Records the verdicts of `runs`; `judged` is `None` while some entry is not judged yet
-    /// (the cluster refused the dry run), so that the next reconcile tries again.
-    fn record(&self, ns: &str, config: &str, uid: &str, judged: Option<Judged>, runs: &[DryRun]) {
-        let entries = runs
-            .iter()
-            .filter(|r| r.rejection.is_some() || !r.removed.is_empty())
-            .map(|r| {
-                let verdict = Verdict {
-                    rejection: r.rejection.clone(),
-                    refusal: None,
-                    removed: r.removed.clone(),
-                };
-                (
-                    (r.browser.to_lowercase(), r.version.to_lowercase()),
-                    verdict,
-                )
-            })
-            .collect();
-        self.by_config
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert((ns.to_string(), config.to_string()), entries);
-        let mut all = self.judged.lock().unwrap_or_else(|e| e.into_inner());
-        match judged {
-            Some(judged) => {
-                all.insert(uid.to_string(), judged);
-                // Judged in full: a run of refusals, if any, has ended.
-                self.refused
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .remove(uid);
-            }
-            None => {
-                all.remove(uid);
-            }
-        }
-    }
-
-    fn judged(&self, uid: &str, generation: i64, schema: Option<&Arc<PodSchema>>) -> bool {
-        let judged = self.judged.lock().unwrap_or_else(|e| e.into_inner());
-        judged
-            .get(uid)
-            .is_some_and(|j| judged_as(j, generation, schema))
-    }
-
-    /// Remembers refused dry runs of a config; returns the wait before the next attempt and
-    /// whether this is the first refusal of a run of them.
-    fn refused(
-        &self,
-        uid: &str,
-        judged: Judged,
-        runs: Vec<DryRun>,
-        now: Instant,
-    ) -> (Duration, bool) {
-        let mut all = self.refused.lock().unwrap_or_else(|e| e.into_inner());
-        let since = all.get(uid).map(|r| r.since);
-        let wait = refused_retry_after(now.saturating_duration_since(since.unwrap_or(now)));
-        let refused = Refused {
-            judged,
-            runs,
-            since: since.unwrap_or(now),
-            retry_at: now + wait,
-        };
-        all.insert(uid.to_string(), refused);
-        (wait, since.is_none())
-    }
-
-    /// The refused dry runs of this generation and schema while their retry is not due yet,
-    /// with the time left.
-    fn pending_refusal(
-        &self,
-        uid: &str,
-        generation: i64,
-        schema: Option<&Arc<PodSchema>>,
-        now: Instant,
-    ) -> Option<(Vec<DryRun>, Duration)> {
-        let all = self.refused.lock().unwrap_or_else(|e| e.into_inner());
-        let refused = all.get(uid)?;
-        (now < refused.retry_at && judged_as(&refused.judged, generation, schema))
-            .then(|| (refused.runs.clone(), refused.retry_at - now))
-    }
-}
 
 /// Why validating a BrowserConfig failed; retried later.
 #[derive(Debug, thiserror::Error)]
@@ -210,17 +63,9 @@ pub enum ConfigError {
     PrePull(#[from] prepull_sync::SyncError),
 }
 
-/// The pre-pull DaemonSets of one scope, with `--enable-prepull`.
-struct PrePull {
-    images: HelperImages,
-    resource: kube::core::ApiResource,
-    store: Store<DynamicObject>,
-    health: Arc<WatchHealth>,
-}
-
 struct Context {
     client: Client,
-    recorder: Recorder,
+    events: ConfigEvents,
     kinds: Kinds,
     verdicts: Arc<Verdicts>,
     schemas: Arc<PodSchemas>,
@@ -422,7 +267,15 @@ async fn reconcile(config: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Acti
             .into_iter()
             .filter(|c| c.loser == name)
             .collect();
-        let pre_pull = pre_pull(&ctx, &config).await?;
+        let pre_pull = prepull::pre_pull(
+            ctx.prepull.as_ref(),
+            &ctx.client,
+            &ctx.events,
+            &ctx.metrics,
+            &ctx.kinds.browserconfig.api_version,
+            &config,
+        )
+        .await?;
         let spec = config.data.get("spec").cloned().unwrap_or(Value::Null);
         let desired = report::status(
             &current,
@@ -484,119 +337,12 @@ async fn reconcile(config: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Acti
     .await
 }
 
-/// Longest wait of a reconcile for the first list of the pre-pull DaemonSets.
-const PREPULL_CACHE_WAIT: Duration = Duration::from_secs(5);
-
-/// Brings the config's pre-pull DaemonSets to its entries and tells what its status says of
-/// them (and whether the cluster refused a write); `None` when the config asks for none.
-/// Without `--enable-prepull` nothing is written: a config that asks only hears so.
-async fn pre_pull(
-    ctx: &Context,
-    config: &DynamicObject,
-) -> Result<Option<(report::PrePullFinding, bool)>, ConfigError> {
-    let api_version = &ctx.kinds.browserconfig.api_version;
-    let Some(prepull) = &ctx.prepull else {
-        let plan = prepull_render::plan(config, api_version, &HelperImages::default());
-        return Ok(plan.requested().then(|| (progress::disabled(), false)));
-    };
-    let plan = prepull_render::plan(config, api_version, &prepull.images);
-    let uid = config.metadata.uid.as_deref().unwrap_or_default();
-    let ns = config.metadata.namespace.as_deref().unwrap_or("default");
-    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &prepull.resource);
-    let cached = prepull.store.state();
-    let owned = prepull_sync::owned_by(&cached, uid);
-    let changes = prepull_sync::sync(&api, &plan, &owned, &ctx.metrics).await?;
-    for (name, images) in &changes.created {
-        let note = format!("DaemonSet {name} pulls {}", images_phrase(*images));
-        publish(ctx, config, EventType::Normal, "PrePullCreated", note).await;
-    }
-    for (name, images) in &changes.updated {
-        let note = format!("DaemonSet {name} now pulls {}", images_phrase(*images));
-        publish(ctx, config, EventType::Normal, "PrePullUpdated", note).await;
-    }
-    for name in &changes.deleted {
-        let note =
-            format!("DaemonSet {name} deleted: no entry of its scheduling asks for pre-pull");
-        publish(ctx, config, EventType::Normal, "PrePullDeleted", note).await;
-    }
-    if !changes.failures.is_empty() {
-        let note = changes.failures.join(" | ");
-        warn!(error = %note, "the cluster refused pre-pull DaemonSets");
-        publish(ctx, config, EventType::Warning, "PrePullFailed", note).await;
-    }
-    // What was just written reaches the cache later; its watch event reconciles again.
-    let cached = prepull.store.state();
-    let owned = prepull_sync::owned_by(&cached, uid);
-    let refused = !changes.failures.is_empty();
-    Ok(progress::finding(&plan, &owned, &changes.failures).map(|f| (f, refused)))
-}
-
-/// `1 image`, `3 images`.
-fn images_phrase(count: usize) -> String {
-    match count {
-        1 => "1 image".to_string(),
-        n => format!("{n} images"),
-    }
-}
-
-/// First retry after the cluster refused to judge a config's pods; then the time the refusal
-/// has lasted (so the waits double), at most [`REFUSED_RETRY_MAX`].
-const REFUSED_RETRY_FIRST: Duration = Duration::from_secs(5);
-const REFUSED_RETRY_MAX: Duration = Duration::from_secs(300);
-
-/// The wait before judging again a config whose validation has been refused for `lasted`.
-fn refused_retry_after(lasted: Duration) -> Duration {
-    lasted.clamp(REFUSED_RETRY_FIRST, REFUSED_RETRY_MAX)
-}
-
 /// One Warning Event on the BrowserConfig when the cluster starts refusing to judge it.
 async fn publish_refusal(ctx: &Context, config: &DynamicObject, note: String) {
-    publish(
-        ctx,
-        config,
-        EventType::Warning,
-        report::VALIDATION_REFUSED,
-        note,
-    )
-    .await;
+    ctx.events
+        .publish(config, EventType::Warning, report::VALIDATION_REFUSED, note)
+        .await;
 }
-
-/// An Event on the BrowserConfig; these are rare, so they are published inline.
-async fn publish(
-    ctx: &Context,
-    config: &DynamicObject,
-    type_: EventType,
-    reason: &str,
-    mut note: String,
-) {
-    // The API server refuses longer notes.
-    if note.len() > EVENT_NOTE_MAX {
-        let mut end = EVENT_NOTE_MAX;
-        while !note.is_char_boundary(end) {
-            end -= 1;
-        }
-        note.truncate(end);
-    }
-    let action = if reason == report::VALIDATION_REFUSED {
-        "Validate"
-    } else {
-        "PrePull"
-    };
-    let event = Event {
-        type_,
-        reason: reason.into(),
-        note: Some(note),
-        action: action.into(),
-        secondary: None,
-    };
-    ctx.metrics.write("create", "events");
-    let reference = config.object_ref(&ctx.kinds.browserconfig);
-    if let Err(e) = ctx.recorder.publish(&event, &reference).await {
-        debug!(error = %describe(&e), "publishing the BrowserConfig event failed");
-    }
-}
-
-const EVENT_NOTE_MAX: usize = 1024;
 
 fn error_policy(config: Arc<DynamicObject>, error: &ConfigError, _ctx: Arc<Context>) -> Action {
     warn!(namespace = %config.namespace().unwrap_or_default(), name = %config.name_any(), error = %error, "BrowserConfig validation failed; retrying");
@@ -660,8 +406,9 @@ pub async fn run_scope(
             let _ = config_sweep.unbounded_send(());
         }
     });
-    let daemon_sets = prepull_images
-        .map(|images| daemon_set_watch(&client, namespace.as_deref(), &metrics, images, sweep_tx));
+    let daemon_sets = prepull_images.map(|images| {
+        prepull::daemon_set_watch(&client, namespace.as_deref(), &metrics, images, sweep_tx)
+    });
     // Held until the scope stops: the BrowserConfig gauges read this cache at scrape time.
     let _gauge_source = metrics.observe_configs(store.clone());
     let (prepull, daemon_set_changes, daemon_sets_listed) = match daemon_sets {
@@ -676,7 +423,7 @@ pub async fn run_scope(
         .as_ref()
         .map(|p| metrics.observe_prepull(p.store.clone()));
     let sweeper = prepull.as_ref().map(|p| {
-        sweep_loop(
+        prepull::sweep_loop(
             client.clone(),
             p.resource.clone(),
             p.store.clone(),
@@ -695,9 +442,14 @@ pub async fn run_scope(
         Some(((), rx))
     });
     let owner_ar = kinds.browserconfig.clone();
+    let events = ConfigEvents {
+        recorder,
+        resource: kinds.browserconfig.clone(),
+        metrics: metrics.clone(),
+    };
     let ctx = Arc::new(Context {
         client,
-        recorder,
+        events,
         kinds: kinds.clone(),
         verdicts,
         schemas,
@@ -753,189 +505,5 @@ pub async fn run_scope(
             futures::future::join(controller, sweeper).await;
         }
         None => controller.await,
-    }
-}
-
-type Triggers<T> = futures::stream::BoxStream<'static, T>;
-
-/// The watch of the scope's pre-pull DaemonSets: their cache, their changes (for the
-/// controller's triggers) and their completed lists; every list and change also asks `sweep`
-/// for a sweep.
-fn daemon_set_watch(
-    client: &Client,
-    namespace: Option<&str>,
-    metrics: &Arc<Metrics>,
-    images: HelperImages,
-    sweep: futures::channel::mpsc::UnboundedSender<()>,
-) -> (
-    PrePull,
-    Triggers<Result<DynamicObject, watcher::Error>>,
-    Triggers<()>,
-) {
-    let resource = crate::api::discovery::daemon_sets();
-    let api: Api<DynamicObject> = scoped_api(client, namespace, &resource);
-    let writer = Writer::<DynamicObject>::new(resource.clone());
-    let store = writer.as_reader();
-    let health = WatchHealth::new("daemonsets", metrics.clone());
-    let (listed_tx, listed) = futures::channel::mpsc::unbounded::<()>();
-    let config = watcher::Config::default()
-        .labels(&keys::prepull_selector())
-        .any_semantic();
-    let stream = watch::watch(api, config, health.clone())
-        .modify(|ds| ds.managed_fields_mut().clear())
-        .reflect(writer)
-        .inspect(watch::observe(health.clone(), move || {
-            let _ = listed_tx.unbounded_send(());
-        }))
-        .inspect(move |event| {
-            if matches!(
-                event,
-                Ok(watcher::Event::Apply(_) | watcher::Event::InitDone)
-            ) {
-                let _ = sweep.unbounded_send(());
-            }
-        });
-    let prepull = PrePull {
-        images,
-        resource,
-        store,
-        health,
-    };
-    (
-        prepull,
-        watch::live_changes(stream, true).boxed(),
-        listed.boxed(),
-    )
-}
-
-/// Wait before sweeping again after a deletion failed.
-const SWEEP_RETRY: Duration = Duration::from_secs(30);
-
-/// Sweeps the DaemonSets of configs that are gone whenever `triggers` asks (a burst counts
-/// once), once both caches are listed and their watches are up; ends with the triggers.
-#[expect(
-    clippy::too_many_arguments,
-    reason = "the two caches with their health, and where to write"
-)]
-async fn sweep_loop(
-    client: Client,
-    resource: kube::core::ApiResource,
-    daemon_sets: Store<DynamicObject>,
-    daemon_sets_health: Arc<WatchHealth>,
-    configs: Store<DynamicObject>,
-    configs_health: Arc<WatchHealth>,
-    metrics: Arc<Metrics>,
-    mut triggers: futures::channel::mpsc::UnboundedReceiver<()>,
-) {
-    let mut retry = None;
-    loop {
-        let next = match retry {
-            Some(wait) => tokio::time::timeout(wait, triggers.next())
-                .await
-                .unwrap_or(Some(())),
-            None => triggers.next().await,
-        };
-        if next.is_none() {
-            return;
-        }
-        while triggers.try_recv().is_ok() {}
-        if !(daemon_sets_health.is_up() && configs_health.is_up()) {
-            // The next list or event asks again.
-            retry = None;
-            continue;
-        }
-        let swept = prepull_sync::sweep(
-            &client,
-            &resource,
-            &daemon_sets.state(),
-            &configs.state(),
-            &metrics,
-        )
-        .await;
-        retry = (swept.failed > 0).then_some(SWEEP_RETRY);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn schema() -> Arc<PodSchema> {
-        let doc = json!({"definitions": {"io.k8s.api.core.v1.Pod": {"type": "object"}}});
-        Arc::new(PodSchema::from_openapi_v2(&doc).unwrap())
-    }
-
-    #[test]
-    fn a_config_is_judged_again_for_a_new_generation_or_another_pod_schema() {
-        let verdicts = Verdicts::default();
-        let (a, b) = (schema(), schema());
-        let runs = [DryRun {
-            browser: "Chrome".into(),
-            version: "139.0".into(),
-            rejection: None,
-            refusal: None,
-            removed: vec!["spec.hostUsers".into()],
-        }];
-        verdicts.record("ns", "c", "uid", Some((3, Some(Arc::downgrade(&a)))), &runs);
-        assert!(verdicts.judged("uid", 3, Some(&a)));
-        assert!(!verdicts.judged("uid", 4, Some(&a)));
-        assert!(!verdicts.judged("uid", 3, Some(&b)));
-        assert!(!verdicts.judged("uid", 3, None));
-        // Removed fields are kept for the next status, keyed case-insensitively.
-        assert_eq!(
-            verdicts.verdict("ns", "c", "chrome", "139.0").removed,
-            ["spec.hostUsers"]
-        );
-        assert_eq!(verdicts.rejection("ns", "c", "chrome", "139.0"), None);
-
-        verdicts.record("ns", "c", "uid", Some((3, None)), &runs);
-        assert!(verdicts.judged("uid", 3, None));
-        assert!(!verdicts.judged("uid", 3, Some(&a)));
-        // A refused dry run leaves the config to be judged again.
-        verdicts.record("ns", "c", "uid", None, &runs);
-        assert!(!verdicts.judged("uid", 3, None));
-    }
-
-    #[test]
-    fn refused_validations_are_retried_with_doubling_waits_until_judged() {
-        let verdicts = Verdicts::default();
-        let runs = vec![DryRun {
-            browser: "chrome".into(),
-            version: "139.0".into(),
-            rejection: None,
-            refusal: Some("exceeded quota".into()),
-            removed: Vec::new(),
-        }];
-        let t0 = Instant::now();
-        let at = |secs: u64| t0 + Duration::from_secs(secs);
-        // The first refusal starts a run: retried after the first wait; nothing is asked meanwhile.
-        assert_eq!(
-            verdicts.refused("uid", (1, None), runs.clone(), t0),
-            (REFUSED_RETRY_FIRST, true)
-        );
-        let (kept, left) = verdicts.pending_refusal("uid", 1, None, at(2)).unwrap();
-        assert_eq!((kept, left), (runs.clone(), Duration::from_secs(3)));
-        assert!(verdicts.pending_refusal("uid", 1, None, at(5)).is_none());
-        assert!(verdicts.pending_refusal("uid", 2, None, at(2)).is_none());
-        // Each later wait is as long as the refusals have lasted, up to the maximum.
-        assert_eq!(
-            verdicts.refused("uid", (1, None), runs.clone(), at(5)),
-            (Duration::from_secs(5), false)
-        );
-        assert_eq!(
-            verdicts.refused("uid", (1, None), runs.clone(), at(10)),
-            (Duration::from_secs(10), false)
-        );
-        assert_eq!(
-            verdicts.refused("uid", (1, None), runs.clone(), at(3600)),
-            (REFUSED_RETRY_MAX, false)
-        );
-        // Judged at last: the next refusal starts a new run.
-        verdicts.record("ns", "c", "uid", Some((1, None)), &[]);
-        assert!(verdicts.pending_refusal("uid", 1, None, at(3601)).is_none());
-        assert_eq!(
-            verdicts.refused("uid", (1, None), runs, at(4000)),
-            (REFUSED_RETRY_FIRST, true)
-        );
     }
 }
