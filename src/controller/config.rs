@@ -34,11 +34,12 @@ use super::watch::{self, WatchHealth};
 use crate::api::discovery::Kinds;
 use crate::api::error::describe;
 use crate::api::keys;
-use crate::api::openapi::{PodSchemas, is_unknown_field_rejection};
+use crate::api::openapi::PodSchemas;
 use crate::config::report::{self, DryRun, Findings};
 use crate::config::{lookup, validate};
 use crate::lifecycle::decide::PodCreation;
 use crate::lifecycle::desired;
+use crate::lifecycle::rejection::{self, Remedy};
 use crate::metrics::Metrics;
 use crate::pod::schema::PodSchema;
 use crate::prepull::progress;
@@ -100,13 +101,8 @@ fn synthetic_browser(
     .ok()
 }
 
-/// Whether an API error judges the pod itself (invalid, or a field the cluster's schema
-/// lacks, which server-side apply reports as HTTP 500 before 1.25) rather than the moment.
-fn is_rejection(code: u16, message: &str) -> bool {
-    matches!(code, 400 | 422) || is_unknown_field_rejection(message)
-}
-
-/// One entry's verdict: rendered for `browser`, pruned to `schema`, dry-run applied.
+/// One entry's verdict: rendered for `browser`, pruned to `schema`, dry-run applied; and
+/// whether the cluster rejected the pod for fields its schema lacks.
 async fn dry_run_entry(
     ctx: &Context,
     pods: &Api<DynamicObject>,
@@ -114,7 +110,7 @@ async fn dry_run_entry(
     browser: &DynamicObject,
     schema: Option<&PodSchema>,
     entry: String,
-) -> Result<Verdict, ConfigError> {
+) -> Result<(Verdict, bool), ConfigError> {
     let (pod, removed) = match desired::pod_for(
         browser,
         std::slice::from_ref(config),
@@ -123,29 +119,45 @@ async fn dry_run_entry(
         |_, _, _| None,
     ) {
         PodCreation::Fail(f) => {
-            return Ok(Verdict {
+            let verdict = Verdict {
                 rejection: Some(f.message),
                 ..Verdict::default()
-            });
+            };
+            return Ok((verdict, false));
         }
         PodCreation::Render { pod, removed } => (pod, removed),
     };
     let name = browser.metadata.name.clone().unwrap_or_default();
     let params = PatchParams::apply(keys::FIELD_MANAGER).force().dry_run();
     ctx.metrics.write("apply-dry-run", "pods");
-    let (rejection, refusal) = match pods.patch(&name, &params, &Patch::Apply(&pod)).await {
-        Ok(_) => (None, None),
-        Err(kube::Error::Api(s)) if is_rejection(s.code, &s.message) => (Some(s.message), None),
-        // Admission forbade even the dry run (a ResourceQuota of zero pods, a policy): the
-        // pod was not judged. Not a failure to send: retrying at once would change nothing.
-        Err(kube::Error::Api(s)) if s.code == 403 => (None, Some(s.message)),
-        Err(source) => return Err(ConfigError::DryRun { entry, source }),
-    };
-    Ok(Verdict {
+    let (rejection, refusal, unknown_fields) =
+        match pods.patch(&name, &params, &Patch::Apply(&pod)).await {
+            Ok(_) => (None, None, false),
+            Err(kube::Error::Api(s)) => {
+                let rejection = rejection::classify(s.code, &s.message);
+                match rejection.remedy {
+                    // A field the cluster's schema lacks judges the pod itself, whatever the
+                    // code (HTTP 500 before 1.25).
+                    _ if rejection.unknown_fields => (Some(s.message), None, true),
+                    Remedy::Invalid(_) => (Some(s.message), None, false),
+                    // Admission forbade even the dry run (a ResourceQuota of zero pods, a
+                    // policy): the pod was not judged. Not a failure to send: retrying at once
+                    // would change nothing.
+                    Remedy::Forbidden(_) => (None, Some(s.message), false),
+                    Remedy::Retry => {
+                        let source = kube::Error::Api(s);
+                        return Err(ConfigError::DryRun { entry, source });
+                    }
+                }
+            }
+            Err(source) => return Err(ConfigError::DryRun { entry, source }),
+        };
+    let verdict = Verdict {
         rejection,
         refusal,
         removed,
-    })
+    };
+    Ok((verdict, unknown_fields))
 }
 
 async fn dry_run_entries(
@@ -170,7 +182,7 @@ async fn dry_run_entries(
             continue;
         };
         let entry = format!("{} {}", report.browser, report.version);
-        let mut verdict = dry_run_entry(
+        let (mut verdict, unknown_fields) = dry_run_entry(
             ctx,
             &pods,
             config,
@@ -181,14 +193,10 @@ async fn dry_run_entries(
         .await?;
         // A field the cluster does not know, although the pod was pruned: the schema may be
         // stale; judge again with a fresh one before calling the entry rejected.
-        if verdict
-            .rejection
-            .as_deref()
-            .is_some_and(is_unknown_field_rejection)
-            && ctx.schemas.renewed_since(schema.as_deref()).await
-        {
+        if unknown_fields && ctx.schemas.renewed_since(schema.as_deref()).await {
             schema = ctx.schemas.current();
-            verdict = dry_run_entry(ctx, &pods, config, &browser, schema.as_deref(), entry).await?;
+            (verdict, _) =
+                dry_run_entry(ctx, &pods, config, &browser, schema.as_deref(), entry).await?;
         }
         runs.push(DryRun {
             browser: report.browser.clone(),
