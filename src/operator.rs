@@ -14,12 +14,12 @@ use kube::runtime::events::{Recorder, Reporter};
 use tokio::sync::watch;
 use tracing::{error, info, warn};
 
-use crate::api::discovery::{self, DiscoveryError};
 use crate::api::error::{self as api_error, describe};
 use crate::api::keys;
-use crate::api::openapi::PodSchemas;
 use crate::cli::{ListenAddr, RunArgs};
 use crate::controller::config::Validation;
+use crate::controller::discovery::{self, DiscoveryError};
+use crate::controller::openapi::PodSchemas;
 use crate::controller::{self, Shared};
 use crate::leader::{Election, LeaderError, LostLease, Role};
 use crate::lifecycle::decide::Settings;

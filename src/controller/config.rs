@@ -27,14 +27,14 @@ use serde_json::{Value, json};
 use tracing::{Instrument, debug, info_span, warn};
 
 use super::events::ConfigEvents;
+use super::openapi::PodSchemas;
 use super::prepull::{self, PREPULL_CACHE_WAIT, PrePull};
 use super::scope::scoped_api;
 use super::verdicts::{REFUSED_RETRY_MAX, Verdict, Verdicts};
 use super::watch::{self, WatchHealth};
-use crate::api::discovery::Kinds;
 use crate::api::error::describe;
 use crate::api::keys;
-use crate::api::openapi::PodSchemas;
+use crate::api::kinds::{self, Kinds};
 use crate::config::report::{self, DryRun, Findings};
 use crate::config::{lookup, validate};
 use crate::lifecycle::decide::PodCreation;
@@ -494,7 +494,7 @@ pub async fn run_scope(
                     let (config, _) = progress::owner(&ds)?;
                     Some(ObjectRef::new_with(config, owner_ar.clone()).within(&ns))
                 },
-                crate::api::discovery::daemon_sets(),
+                kinds::daemon_sets(),
             )
             .reconcile_all_on(futures::stream::select_all([
                 listed.boxed(),

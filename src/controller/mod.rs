@@ -1,7 +1,9 @@
 //! The IO edge of the reconciles: the Browser controller (wired here; its reconcile in
 //! `browser`, its plans written by `execute`), the BrowserConfig controller (`config`, with
 //! image pre-pull in `prepull`), and what both read without reaching into each other: the
-//! dry-run verdicts (`verdicts`) and the API of a watched scope (`scope`).
+//! dry-run verdicts (`verdicts`) and the API of a watched scope (`scope`). At start-up, the
+//! kinds are resolved through discovery (`discovery`) and the cluster's Pod schema is read
+//! from OpenAPI (`openapi`).
 //!
 //! The Browser controller's watches, stores, triggers and concurrency: the kube-runtime
 //! pipeline that feeds the pure decision (`lifecycle::decide`) and runs its plans (`execute`).
@@ -16,9 +18,11 @@
 mod browser;
 pub mod cached;
 pub mod config;
+pub mod discovery;
 mod events;
 pub mod execute;
 mod fresher;
+pub mod openapi;
 mod prepull;
 mod scope;
 mod stages;
@@ -38,16 +42,16 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use tracing::{debug, info, warn};
 
-use crate::api::discovery::Kinds;
 use crate::api::error::describe;
 use crate::api::keys;
-use crate::api::openapi::PodSchemas;
+use crate::api::kinds::Kinds;
 use crate::lifecycle::decide::Settings;
 use crate::metrics::Metrics;
 use cached::{CachedBrowser, CachedPod};
 use events::EventSink;
 use execute::ExecuteError;
 use fresher::Fresher;
+use openapi::PodSchemas;
 use scope::scoped_api;
 use verdicts::Verdicts;
 use watch::WatchHealth;

@@ -18,7 +18,7 @@ use tracing::warn;
 use super::events::ConfigEvents;
 use super::scope::scoped_api;
 use super::watch::{self, WatchHealth};
-use crate::api::keys;
+use crate::api::{keys, kinds};
 use crate::config::report;
 use crate::metrics::Metrics;
 use crate::prepull::render::HelperImages;
@@ -114,7 +114,7 @@ pub(super) fn daemon_set_watch(
     Triggers<Result<DynamicObject, watcher::Error>>,
     Triggers<()>,
 ) {
-    let resource = crate::api::discovery::daemon_sets();
+    let resource = kinds::daemon_sets();
     let api: Api<DynamicObject> = scoped_api(client, namespace, &resource);
     let writer = Writer::<DynamicObject>::new(resource.clone());
     let store = writer.as_reader();
