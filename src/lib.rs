@@ -6,7 +6,6 @@ pub mod api;
 pub mod cli;
 pub mod commands;
 pub mod config;
-pub mod config_controller;
 pub mod controller;
 pub mod duration;
 pub mod leader;

@@ -14,12 +14,12 @@ use kube::runtime::events::{Recorder, Reporter};
 use tokio::sync::watch;
 use tracing::{error, info, warn};
 
-use crate::api::discovery::{self, DiscoveryError};
 use crate::api::error::{self as api_error, describe};
 use crate::api::keys;
-use crate::api::openapi::PodSchemas;
 use crate::cli::{ListenAddr, RunArgs};
-use crate::config_controller::{self, Validation};
+use crate::controller::config::Validation;
+use crate::controller::discovery::{self, DiscoveryError};
+use crate::controller::openapi::PodSchemas;
 use crate::controller::{self, Shared};
 use crate::leader::{Election, LeaderError, LostLease, Role};
 use crate::lifecycle::decide::Settings;
@@ -221,7 +221,7 @@ async fn reconcile_until_stopped(
         scopes
             .iter()
             .cloned()
-            .map(|ns| config_controller::run_scope(validation.clone(), ns, stop.clone())),
+            .map(|ns| controller::config::run_scope(validation.clone(), ns, stop.clone())),
     );
     let controllers = futures::future::join_all(
         scopes

@@ -13,8 +13,8 @@ use kube::Client;
 use kube::api::{Api, PostParams};
 use kube::core::ApiResource;
 
-use crate::api::discovery::{self, Kinds};
 use crate::api::error::describe;
+use crate::api::kinds::{self, Kinds};
 
 /// Group and plural of the Events the operator writes (`kube::runtime::events::Recorder`).
 const EVENTS_GROUP: &str = "events.k8s.io";
@@ -188,7 +188,7 @@ pub fn required(kinds: &Kinds, namespaces: &[String]) -> Vec<Access> {
 /// What the image pre-pull (`--enable-prepull`) needs on DaemonSets, per watched namespace
 /// or once for all namespaces: watch them, apply them, delete them.
 pub fn prepull(namespaces: &[String]) -> Vec<Access> {
-    let daemon_sets = discovery::daemon_sets();
+    let daemon_sets = kinds::daemon_sets();
     scopes(namespaces)
         .iter()
         .flat_map(|ns| {

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use k8s_openapi::api::core::v1::Pod;
 use kube::core::{ApiResource, GroupVersionKind};
 
-use browser_controller::api::discovery::Kinds;
+use browser_controller::api::kinds::Kinds;
 use browser_controller::cli::{Cli, LogFormat};
 use browser_controller::manifest;
 use browser_controller::permissions::{self, Access};

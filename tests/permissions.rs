@@ -6,7 +6,8 @@ mod support;
 use std::time::Duration;
 
 use browser_controller::api::crd::{self, Layout};
-use browser_controller::api::discovery::{self, Kinds};
+use browser_controller::api::kinds::Kinds;
+use browser_controller::controller::discovery;
 use browser_controller::permissions::{self, PermissionError};
 use support::apiserver::{ApiServer, Fault};
 

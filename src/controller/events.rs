@@ -1,22 +1,26 @@
 //! Events on Browsers, published off the reconcile path and after it: a burst of sessions
 //! must not spend the API server on Events while their pods and statuses wait. An Event waits
 //! while reconciles are at work (for a while), goes out at a bounded rate, and is dropped and
-//! counted when it no longer fits the queue or has grown stale waiting.
+//! counted when it no longer fits the queue or has grown stale waiting. Events on
+//! BrowserConfigs are rare and go out inline ([`ConfigEvents`]).
 
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::Client;
-use kube::runtime::events::{Recorder, Reporter};
+use kube::api::DynamicObject;
+use kube::core::ApiResource;
+use kube::runtime::events::{EventType, Recorder, Reporter};
+use kube::{Client, Resource};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::debug;
 
 use std::sync::Arc;
 
+use crate::api::error::describe;
 use crate::api::keys;
+use crate::config::report;
 use crate::lifecycle::decide::Event;
-use crate::lifecycle::execute::to_runtime_event;
 use crate::metrics::Metrics;
 
 /// Events queued for publishing at most; more are dropped.
@@ -153,9 +157,96 @@ async fn publish(recorder: Recorder, mut rx: mpsc::Receiver<Queued>, metrics: Ar
     }
 }
 
+/// Turns plan events into runtime events for the recorder.
+fn to_runtime_event(event: &Event) -> kube::runtime::events::Event {
+    kube::runtime::events::Event {
+        type_: if event.warning {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        },
+        reason: event.reason.clone(),
+        note: Some(truncate(&event.note, 1024)),
+        action: event.action.into(),
+        secondary: None,
+    }
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].to_string()
+}
+
+/// Events on BrowserConfigs; these are rare (a refused validation, pre-pull changes), so they
+/// are published inline.
+pub(super) struct ConfigEvents {
+    pub(super) recorder: Recorder,
+    pub(super) resource: ApiResource,
+    pub(super) metrics: Arc<Metrics>,
+}
+
+impl ConfigEvents {
+    /// An Event on the BrowserConfig `config`.
+    pub(super) async fn publish(
+        &self,
+        config: &DynamicObject,
+        type_: EventType,
+        reason: &str,
+        mut note: String,
+    ) {
+        // The API server refuses longer notes.
+        if note.len() > EVENT_NOTE_MAX {
+            let mut end = EVENT_NOTE_MAX;
+            while !note.is_char_boundary(end) {
+                end -= 1;
+            }
+            note.truncate(end);
+        }
+        let action = if reason == report::VALIDATION_REFUSED {
+            "Validate"
+        } else {
+            "PrePull"
+        };
+        let event = kube::runtime::events::Event {
+            type_,
+            reason: reason.into(),
+            note: Some(note),
+            action: action.into(),
+            secondary: None,
+        };
+        self.metrics.write("create", "events");
+        let reference = config.object_ref(&self.resource);
+        if let Err(e) = self.recorder.publish(&event, &reference).await {
+            debug!(error = %describe(&e), "publishing the BrowserConfig event failed");
+        }
+    }
+}
+
+const EVENT_NOTE_MAX: usize = 1024;
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn event_notes_are_cut_to_the_api_limit_on_a_char_boundary() {
+        let e = Event {
+            warning: true,
+            reason: "X".into(),
+            note: "é".repeat(600),
+            action: "Fail",
+        };
+        let runtime = to_runtime_event(&e);
+        let note = runtime.note.unwrap();
+        assert!(note.len() <= 1024);
+        assert!(note.chars().all(|c| c == 'é'));
+    }
 
     #[test]
     fn events_wait_for_the_reconciles_a_while_and_go_stale_after_longer() {

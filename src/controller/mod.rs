@@ -1,5 +1,12 @@
-//! Watches, stores, triggers and concurrency: the kube-runtime pipeline that feeds the pure
-//! decision (`lifecycle::decide`) and runs its plans (`lifecycle::execute`).
+//! The IO edge of the reconciles: the Browser controller (wired here; its reconcile in
+//! `browser`, its plans written by `execute`), the BrowserConfig controller (`config`, with
+//! image pre-pull in `prepull`), and what both read without reaching into each other: the
+//! dry-run verdicts (`verdicts`) and the API of a watched scope (`scope`). At start-up, the
+//! kinds are resolved through discovery (`discovery`) and the cluster's Pod schema is read
+//! from OpenAPI (`openapi`).
+//!
+//! The Browser controller's watches, stores, triggers and concurrency: the kube-runtime
+//! pipeline that feeds the pure decision (`lifecycle::decide`) and runs its plans (`execute`).
 //!
 //! Per watched scope (all namespaces, or each `--namespace`) one Controller runs over:
 //! a Browser reflector (the trigger), a Pod reflector selected by the operator's label,
@@ -8,11 +15,18 @@
 //! Every completed list (the first, and each relist after a watch expired or failed)
 //! reconciles every Browser of the scope once the list is in the cache.
 
+mod browser;
 pub mod cached;
+pub mod config;
+pub mod discovery;
 mod events;
+pub mod execute;
 mod fresher;
-mod reconcile;
+pub mod openapi;
+mod prepull;
+mod scope;
 mod stages;
+pub mod verdicts;
 pub mod watch;
 
 use std::collections::HashMap;
@@ -28,17 +42,18 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use tracing::{debug, info, warn};
 
-use crate::api::discovery::Kinds;
 use crate::api::error::describe;
 use crate::api::keys;
-use crate::api::openapi::PodSchemas;
-use crate::config_controller::Verdicts;
+use crate::api::kinds::Kinds;
 use crate::lifecycle::decide::Settings;
-use crate::lifecycle::execute::ExecuteError;
 use crate::metrics::Metrics;
 use cached::{CachedBrowser, CachedPod};
 use events::EventSink;
+use execute::ExecuteError;
 use fresher::Fresher;
+use openapi::PodSchemas;
+use scope::scoped_api;
+use verdicts::Verdicts;
 use watch::WatchHealth;
 
 /// Why a reconcile failed; it is retried with per-object exponential backoff.
@@ -171,24 +186,6 @@ impl Scope {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(key);
-    }
-}
-
-/// The API of `resource` over one namespace, or all namespaces for `None`.
-pub(crate) fn scoped_api<K>(
-    client: &Client,
-    ns: Option<&str>,
-    resource: &kube::core::ApiResource,
-) -> Api<K>
-where
-    K: kube::Resource<
-            DynamicType = kube::core::ApiResource,
-            Scope = kube::core::DynamicResourceScope,
-        >,
-{
-    match ns {
-        Some(ns) => Api::namespaced_with(client.clone(), ns, resource),
-        None => Api::all_with(client.clone(), resource),
     }
 }
 
@@ -334,7 +331,7 @@ pub async fn run_scope(
         // particular order, which leaves some Browsers of a burst waiting far longer.
         .with_config(ControllerConfig::default().concurrency(0))
         .graceful_shutdown_on(shutdown)
-        .run(reconcile::reconcile, error_policy, scope)
+        .run(browser::reconcile, error_policy, scope)
         .for_each(|result| async move {
             if let Err(e) = result {
                 debug!(error = %e, "controller event");

@@ -1,7 +1,8 @@
-//! The Browser lifecycle (docs/behaviour.md, "Lifecycle"): status derivation and the reconcile
-//! decision are pure; `execute` performs a decided plan against the API.
+//! The Browser lifecycle (docs/behaviour.md, "Lifecycle"): status derivation, the reconcile
+//! decision and what a rejected write means, all pure; `controller::execute` performs a
+//! decided plan against the API.
 
 pub mod decide;
 pub mod desired;
-pub mod execute;
+pub mod rejection;
 pub mod status;

@@ -15,7 +15,7 @@ use super::progress;
 use super::render::Plan;
 use crate::api::error::describe;
 use crate::api::keys;
-use crate::api::openapi::is_unknown_field_rejection;
+use crate::lifecycle::rejection::{self, Remedy};
 use crate::metrics::Metrics;
 
 /// What a sync changed, and what the cluster refused.
@@ -44,10 +44,10 @@ pub struct SyncError {
 /// rather than failing for the moment.
 fn refused(error: &kube::Error) -> Option<String> {
     match error {
-        kube::Error::Api(s)
-            if matches!(s.code, 400 | 403 | 422) || is_unknown_field_rejection(&s.message) =>
-        {
-            Some(s.message.clone())
+        kube::Error::Api(s) => {
+            let rejection = rejection::classify(s.code, &s.message);
+            (rejection.unknown_fields || rejection.remedy != Remedy::Retry)
+                .then(|| s.message.clone())
         }
         _ => None,
     }

@@ -11,19 +11,11 @@ use serde_json::Value;
 use tokio::sync::{Mutex, watch};
 use tracing::{info, warn};
 
-use super::error::describe;
+use crate::api::error::describe;
 use crate::pod::schema::{PodSchema, SchemaError};
 
 /// How long one attempt to read the schema may take (the v2 document is megabytes).
 const FETCH_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// The message with which server-side apply rejects a field the cluster's schema lacks.
-const UNDECLARED: &str = "field not declared in schema";
-
-/// Whether an API error message says the object carried a field the cluster does not know.
-pub fn is_unknown_field_rejection(message: &str) -> bool {
-    message.contains(UNDECLARED)
-}
 
 /// Why no Pod schema could be read.
 #[derive(Debug, thiserror::Error)]
@@ -212,23 +204,5 @@ impl PodSchemas {
             }
         }
         self.current().as_deref() != used
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn unknown_field_rejections_are_recognised_in_every_servers_wording() {
-        for message in [
-            "failed to create typed patch object (/v1, Kind=Pod): .spec.containers[0].restartPolicy: field not declared in schema",
-            "failed to create typed patch object (/v1, Kind=Pod): errors:\n  .spec.containers[name=\"c\"].resources.claims: field not declared in schema",
-        ] {
-            assert!(is_unknown_field_rejection(message));
-        }
-        assert!(!is_unknown_field_rejection(
-            "Pod \"s1\" is invalid: spec.containers[0].image: Required value"
-        ));
     }
 }

@@ -1,5 +1,5 @@
 //! One Browser reconcile: observe (caches, read-your-writes, reads where the caches cannot
-//! be trusted), decide (`lifecycle::decide`, pure), execute (`lifecycle::execute`), remember
+//! be trusted), decide (`lifecycle::decide`, pure), execute (`execute`), remember
 //! what the writes returned, and hand the Events to the publisher.
 //!
 //! A decision is taken again when what it rests on gets confirmed: a pod absent from the
@@ -18,13 +18,12 @@ use serde_json::Value;
 use tracing::{Instrument, debug, info_span};
 
 use super::cached::CachedBrowser;
+use super::execute::{ExecuteError, Executed, Target};
 use super::fresher::Known;
 use super::{ReconcileError, Scope, Shared, stages};
 use crate::lifecycle::decide::{self, Observed, PodCreation};
 use crate::lifecycle::desired;
-use crate::lifecycle::execute::{
-    CreateOutcome, ExecuteError, Executed, Target, classify_create_error,
-};
+use crate::lifecycle::rejection;
 use crate::metrics::{self, Stage};
 
 /// Decisions one reconcile takes at most: the first, after reading the pod, after confirming
@@ -213,9 +212,12 @@ async fn finish(
         if shared.schemas.renewed_since(schema).await {
             return Err(ReconcileError::StaleSchema(status.message));
         }
-        match classify_create_error(status.code, &status.message) {
-            CreateOutcome::Fail(failure) => executed.create_rejected = Some(failure),
-            CreateOutcome::Retry => {
+        match rejection::classify(status.code, &status.message)
+            .remedy
+            .failure()
+        {
+            Some(failure) => executed.create_rejected = Some(failure),
+            None => {
                 return Err(ExecuteError::Api {
                     action: "create pod",
                     source: kube::Error::Api(status),

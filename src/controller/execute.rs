@@ -1,18 +1,18 @@
 //! Performs a [`Plan`] against the API (docs/behaviour.md, "Writes"): server-side apply for
 //! metadata, pod adoption, pod and status; UID-guarded deletes; a `test`-guarded JSON patch to
-//! release the finalizer. The only decision taken here is the classification of a rejected pod
-//! create, and that is a pure function ([`classify_create_error`]).
+//! release the finalizer. What a rejected pod create means is decided by a pure function
+//! ([`rejection::classify`]), as for every write of the operator.
 
 use jiff::Timestamp;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions};
 use kube::core::ApiResource;
 use serde_json::{Value, json};
 
-use super::decide::{Event, Plan, PodAdoption, PodDelete, holds_finalizer};
-use super::status::Failure;
 use crate::api::error::describe;
 use crate::api::keys;
-use crate::api::openapi::is_unknown_field_rejection;
+use crate::lifecycle::decide::{Plan, PodAdoption, PodDelete, holds_finalizer};
+use crate::lifecycle::rejection;
+use crate::lifecycle::status::Failure;
 use crate::metrics::{self, Metrics, Stage};
 
 /// The resourceVersion that makes a pod apply create-only (see `Target::create_pod`).
@@ -29,27 +29,6 @@ pub enum ExecuteError {
     },
     #[error("invalid JSON patch: {0}")]
     Patch(#[from] serde_json::Error),
-}
-
-/// What a rejected pod create means (docs/behaviour.md, "Cleanup table").
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CreateOutcome {
-    /// The Browser fails with this reason and the API's message.
-    Fail(Failure),
-    /// Transient (5xx, timeouts, conflicts): retried with backoff, Browser unchanged.
-    Retry,
-}
-
-/// Classifies an API error of a pod create: 403 quota / forbidden and 422 invalid are final.
-pub fn classify_create_error(code: u16, message: &str) -> CreateOutcome {
-    match code {
-        403 if message.contains("exceeded quota") => {
-            CreateOutcome::Fail(Failure::new("QuotaExceeded", message))
-        }
-        403 => CreateOutcome::Fail(Failure::new("Forbidden", message)),
-        422 | 400 => CreateOutcome::Fail(Failure::new("InvalidPodSpec", message)),
-        _ => CreateOutcome::Retry,
-    }
 }
 
 /// The APIs a plan is executed against, for one Browser.
@@ -160,16 +139,17 @@ impl Target<'_> {
                 }
                 Err(kube::Error::Api(status)) => {
                     self.metrics.pod_create_error(status.code);
-                    if is_unknown_field_rejection(&status.message) {
+                    let rejection = rejection::classify(status.code, &status.message);
+                    if rejection.unknown_fields {
                         executed.create_unknown_fields = Some(status);
                         return Ok(executed);
                     }
-                    match classify_create_error(status.code, &status.message) {
-                        CreateOutcome::Fail(failure) => {
+                    match rejection.remedy.failure() {
+                        Some(failure) => {
                             executed.create_rejected = Some(failure);
                             return Ok(executed);
                         }
-                        CreateOutcome::Retry => {
+                        None => {
                             return Err(ExecuteError::Api {
                                 action: "create pod",
                                 source: kube::Error::Api(status),
@@ -433,73 +413,5 @@ fn took_effect(result: Result<(), kube::Error>) -> Result<bool, kube::Error> {
         Ok(()) => Ok(true),
         Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(false),
         Err(e) => Err(e),
-    }
-}
-
-/// Turns plan events into runtime events for the recorder.
-pub fn to_runtime_event(event: &Event) -> kube::runtime::events::Event {
-    use kube::runtime::events::EventType;
-    kube::runtime::events::Event {
-        type_: if event.warning {
-            EventType::Warning
-        } else {
-            EventType::Normal
-        },
-        reason: event.reason.clone(),
-        note: Some(truncate(&event.note, 1024)),
-        action: event.action.into(),
-        secondary: None,
-    }
-}
-
-fn truncate(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_string();
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    s[..end].to_string()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn create_errors_are_classified_per_the_cleanup_table() {
-        let quota = "pods \"s1\" is forbidden: exceeded quota: compute, requested: cpu=1, used: cpu=4, limited: cpu=4";
-        assert_eq!(
-            classify_create_error(403, quota),
-            CreateOutcome::Fail(Failure::new("QuotaExceeded", quota))
-        );
-        assert_eq!(
-            classify_create_error(403, "pods is forbidden: User cannot create"),
-            CreateOutcome::Fail(Failure::new(
-                "Forbidden",
-                "pods is forbidden: User cannot create"
-            ))
-        );
-        assert!(
-            matches!(classify_create_error(422, "Pod \"s1\" is invalid"), CreateOutcome::Fail(f) if f.reason == "InvalidPodSpec")
-        );
-        for transient in [500, 503, 504, 409, 429] {
-            assert_eq!(classify_create_error(transient, "x"), CreateOutcome::Retry);
-        }
-    }
-
-    #[test]
-    fn event_notes_are_cut_to_the_api_limit_on_a_char_boundary() {
-        let e = Event {
-            warning: true,
-            reason: "X".into(),
-            note: "é".repeat(600),
-            action: "Fail",
-        };
-        let runtime = to_runtime_event(&e);
-        let note = runtime.note.unwrap();
-        assert!(note.len() <= 1024);
-        assert!(note.chars().all(|c| c == 'é'));
     }
 }
