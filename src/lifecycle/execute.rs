@@ -13,7 +13,8 @@ use super::status::Failure;
 use crate::api::error::describe;
 use crate::api::keys;
 use crate::api::openapi::is_unknown_field_rejection;
-use crate::metrics::{self, Metrics, Stage};
+use crate::lifecycle::milestones;
+use crate::metrics::{Metrics, Stage};
 
 /// The resourceVersion that makes a pod apply create-only (see `Target::create_pod`).
 const CREATE_ONLY: &str = "1";
@@ -226,7 +227,7 @@ impl Target<'_> {
         }
         if let_go {
             let status = self.browser.data.get("status").unwrap_or(&Value::Null);
-            self.metrics.deletion(metrics::deletion_reason(status));
+            self.metrics.deletion(milestones::deletion_reason(status));
         }
         Ok(executed)
     }
