@@ -611,10 +611,10 @@ mod tests {
             let docs = crate::manifest::parse(text, Path::new("browser.yaml")).unwrap();
             serde_json::from_value(docs[0].clone()).unwrap()
         };
-        let chrome = read(include_str!("../../testdata/browsers/chrome.yaml"));
+        let chrome = read(include_str!("../../../testdata/browsers/chrome.yaml"));
         let options = from_browser(&chrome).unwrap();
         assert_eq!(options.containers["browser"].env["TZ"], "Europe/Berlin");
-        let invalid = read(include_str!("../../testdata/browsers/invalid-options.yaml"));
+        let invalid = read(include_str!("../../../testdata/browsers/invalid-options.yaml"));
         let text = from_browser(&invalid).unwrap_err().to_string();
         assert!(text.starts_with(&format!("{PREFIX}invalid type")), "{text}");
     }
