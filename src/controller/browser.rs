@@ -23,8 +23,9 @@ use super::fresher::Known;
 use super::{ReconcileError, Scope, Shared, stages};
 use crate::lifecycle::decide::{self, Observed, PodCreation};
 use crate::lifecycle::desired;
+use crate::lifecycle::milestones;
 use crate::lifecycle::rejection;
-use crate::metrics::{self, Stage};
+use crate::metrics::Stage;
 
 /// Decisions one reconcile takes at most: the first, after reading the pod, after confirming
 /// the Browser, after a create refused because a pod of that name exists (then read).
@@ -314,7 +315,7 @@ fn log_plan(plan: &decide::Plan) {
 fn observe_running(shared: &Shared, browser: &DynamicObject, plan: &decide::Plan) {
     let current = browser.data.get("status").unwrap_or(&Value::Null);
     if let Some(desired) = &plan.status
-        && metrics::publishes_running(current, desired)
+        && milestones::publishes_running(current, desired)
         && let Some(created) = &browser.metadata.creation_timestamp
     {
         shared

@@ -11,9 +11,10 @@ use serde_json::{Value, json};
 use crate::api::error::describe;
 use crate::api::keys;
 use crate::lifecycle::decide::{Plan, PodAdoption, PodDelete, holds_finalizer};
+use crate::lifecycle::milestones;
 use crate::lifecycle::rejection;
 use crate::lifecycle::status::Failure;
-use crate::metrics::{self, Metrics, Stage};
+use crate::metrics::{Metrics, Stage};
 
 /// The resourceVersion that makes a pod apply create-only (see `Target::create_pod`).
 const CREATE_ONLY: &str = "1";
@@ -206,7 +207,7 @@ impl Target<'_> {
         }
         if let_go {
             let status = self.browser.data.get("status").unwrap_or(&Value::Null);
-            self.metrics.deletion(metrics::deletion_reason(status));
+            self.metrics.deletion(milestones::deletion_reason(status));
         }
         Ok(executed)
     }

@@ -9,7 +9,8 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 
 use super::cached::{CachedBrowser, CachedPod};
-use crate::metrics::{self, Metrics, Stage};
+use crate::lifecycle::milestones;
+use crate::metrics::{Metrics, Stage};
 
 pub fn strip_managed_fields(object: &mut DynamicObject) {
     object.metadata.managed_fields = None;
@@ -57,7 +58,8 @@ pub fn observe_scheduling(
                 .get(&ObjectRef::from_obj_with(pod, pod_resource.clone()))
                 .map(|before| before.to_object(&pod_resource));
             let after = pod.to_object(&pod_resource);
-            if let Some((created, scheduled)) = metrics::first_scheduled(before.as_ref(), &after) {
+            if let Some((created, scheduled)) = milestones::first_scheduled(before.as_ref(), &after)
+            {
                 metrics.startup(Stage::Scheduled, created, scheduled);
             }
         }

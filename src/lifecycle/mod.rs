@@ -4,5 +4,6 @@
 
 pub mod decide;
 pub mod desired;
+pub mod milestones;
 pub mod rejection;
 pub mod status;

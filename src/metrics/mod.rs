@@ -1,0 +1,451 @@
+//! Prometheus metric families (OpenMetrics text on `/metrics`). Label sets are bounded: no
+//! Browser names, only verbs, resources, HTTP codes, reasons, startup stages, the
+//! namespace / browser / version / phase of Browsers that exist, and the names of
+//! BrowserConfigs with pre-pull DaemonSets.
+//!
+//! Counters and histograms are updated as things happen. The Browser, BrowserConfig and
+//! pre-pull gauges are derived from the watch caches at scrape time (`cache_gauges`), so they
+//! are exact after a restart and never drift from what the cluster holds.
+
+mod cache_gauges;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use kube::api::DynamicObject;
+use kube::runtime::reflector::Store;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets_range};
+use prometheus_client::registry::Registry;
+
+use crate::controller::cached::CachedBrowser;
+pub use cache_gauges::CacheRegistration;
+use cache_gauges::{CacheGauges, Caches, Source};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WriteLabels {
+    verb: &'static str,
+    resource: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CodeLabels {
+    code: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StageLabels {
+    stage: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResourceLabels {
+    resource: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EventTypeLabels {
+    r#type: &'static str,
+}
+
+/// The startup stages of a Browser, each observed at most once per Browser.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stage {
+    /// Browser `creationTimestamp` → the operator sends the pod create.
+    PodCreated,
+    /// Pod `creationTimestamp` → its `PodScheduled` condition turned `True`.
+    Scheduled,
+    /// Browser `creationTimestamp` → the operator publishes `Running` with the pod IP.
+    Running,
+}
+
+impl Stage {
+    fn label(self) -> &'static str {
+        match self {
+            Stage::PodCreated => "pod_created",
+            Stage::Scheduled => "scheduled",
+            Stage::Running => "running",
+        }
+    }
+}
+
+/// 10 ms … 10 min in 20 exponential buckets (each about 1.8× the previous one).
+fn startup_histogram() -> Histogram {
+    Histogram::new(exponential_buckets_range(0.01, 600.0, 20))
+}
+
+/// 100 ms … 10 min: from a blip to a long control-plane outage.
+fn resync_histogram() -> Histogram {
+    Histogram::new(exponential_buckets_range(0.1, 600.0, 16))
+}
+
+/// The operator's metrics; cheap to update from any task.
+pub struct Metrics {
+    registry: Registry,
+    reconciles: Counter,
+    reconcile_errors: Family<KindLabels, Counter>,
+    reconcile_duration: Histogram,
+    in_flight: Gauge,
+    writes: Family<WriteLabels, Counter>,
+    pod_create_errors: Family<CodeLabels, Counter>,
+    failures: Family<ReasonLabels, Counter>,
+    startup: Family<StageLabels, Histogram, fn() -> Histogram>,
+    deletions: Family<ReasonLabels, Counter>,
+    watch_errors: Family<ResourceLabels, Counter>,
+    watch_restarts: Family<ResourceLabels, Counter>,
+    watch_resync: Family<ResourceLabels, Histogram, fn() -> Histogram>,
+    events_dropped: Family<EventTypeLabels, Counter>,
+    caches: Arc<Caches>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("browser_controller");
+        let reconciles = Counter::default();
+        registry.register("reconciles", "Browser reconciles run", reconciles.clone());
+        let reconcile_errors = Family::<KindLabels, Counter>::default();
+        registry.register(
+            "reconcile_errors",
+            "Browser reconciles that failed, by error kind",
+            reconcile_errors.clone(),
+        );
+        // 1 ms … 10 min: reconciles are fast; the upper end catches stuck API calls.
+        let reconcile_duration = Histogram::new(exponential_buckets_range(0.001, 600.0, 20));
+        registry.register(
+            "reconcile_duration_seconds",
+            "Duration of Browser reconciles",
+            reconcile_duration.clone(),
+        );
+        let in_flight = Gauge::default();
+        registry.register(
+            "reconciles_in_flight",
+            "Browser reconciles running now",
+            in_flight.clone(),
+        );
+        let writes = Family::<WriteLabels, Counter>::default();
+        registry.register(
+            "api_writes",
+            "API writes issued, by verb and resource",
+            writes.clone(),
+        );
+        let pod_create_errors = Family::<CodeLabels, Counter>::default();
+        registry.register(
+            "pod_create_errors",
+            "Pod creates rejected by the API, by HTTP status",
+            pod_create_errors.clone(),
+        );
+        let failures = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "browser_failures",
+            "Browsers failed, by reason",
+            failures.clone(),
+        );
+        let startup: Family<StageLabels, Histogram, fn() -> Histogram> =
+            Family::new_with_constructor(startup_histogram);
+        registry.register(
+            "startup_seconds",
+            "Browser startup latency by stage: pod_created (Browser created to pod create sent), scheduled (pod created to PodScheduled), running (Browser created to Running with pod IP published)",
+            startup.clone(),
+        );
+        let deletions = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "browser_deletions",
+            "Browsers the operator let go (finalizer released or Browser deleted), by the Browser's outcome: its failure reason, Succeeded, or external",
+            deletions.clone(),
+        );
+        let watch_errors = Family::<ResourceLabels, Counter>::default();
+        registry.register(
+            "watch_errors",
+            "Watch errors (each followed by a restart with backoff), by resource",
+            watch_errors.clone(),
+        );
+        let watch_restarts = Family::<ResourceLabels, Counter>::default();
+        registry.register(
+            "watch_restarts",
+            "Watches that listed again after their first list (expired or failed), by resource",
+            watch_restarts.clone(),
+        );
+        let watch_resync: Family<ResourceLabels, Histogram, fn() -> Histogram> =
+            Family::new_with_constructor(resync_histogram);
+        registry.register(
+            "watch_resync_seconds",
+            "Time from a watch's first error to its cache being current again (relisted or delivering events), by resource",
+            watch_resync.clone(),
+        );
+        let events_dropped = Family::<EventTypeLabels, Counter>::default();
+        registry.register(
+            "events_dropped",
+            "Events not published because the publishing queue was full (Events go out at a bounded rate), by type",
+            events_dropped.clone(),
+        );
+        let caches = Arc::new(Caches::default());
+        registry.register_collector(Box::new(CacheGauges(caches.clone())));
+        Self {
+            registry,
+            reconciles,
+            reconcile_errors,
+            reconcile_duration,
+            in_flight,
+            writes,
+            pod_create_errors,
+            failures,
+            startup,
+            deletions,
+            watch_errors,
+            watch_restarts,
+            watch_resync,
+            events_dropped,
+            caches,
+        }
+    }
+
+    /// Counts one API write.
+    pub fn write(&self, verb: &'static str, resource: &'static str) {
+        self.writes
+            .get_or_create(&WriteLabels { verb, resource })
+            .inc();
+    }
+
+    pub fn pod_create_error(&self, code: u16) {
+        self.pod_create_errors
+            .get_or_create(&CodeLabels { code })
+            .inc();
+    }
+
+    pub fn failure(&self, reason: &str) {
+        self.failures
+            .get_or_create(&ReasonLabels {
+                reason: reason.to_string(),
+            })
+            .inc();
+    }
+
+    pub fn reconcile_error(&self, kind: &'static str) {
+        self.reconcile_errors
+            .get_or_create(&KindLabels { kind })
+            .inc();
+    }
+
+    /// Observes one startup stage that began at `from` and completed at `to`. A negative
+    /// span (clock skew between API server and operator) counts as zero.
+    pub fn startup(&self, stage: Stage, from: Timestamp, to: Timestamp) {
+        let seconds = Duration::try_from(to.duration_since(from)).map_or(0.0, |d| d.as_secs_f64());
+        self.startup
+            .get_or_create(&StageLabels {
+                stage: stage.label(),
+            })
+            .observe(seconds);
+    }
+
+    /// Counts a Browser the operator let go, labelled by
+    /// [`deletion_reason`](crate::lifecycle::milestones::deletion_reason).
+    pub fn deletion(&self, reason: &str) {
+        self.deletions
+            .get_or_create(&ReasonLabels {
+                reason: reason.to_string(),
+            })
+            .inc();
+    }
+
+    /// Counts one watch error of `resource`.
+    pub fn watch_error(&self, resource: &'static str) {
+        self.watch_errors
+            .get_or_create(&ResourceLabels { resource })
+            .inc();
+    }
+
+    /// Counts one relist of `resource` after its first list.
+    pub fn watch_restart(&self, resource: &'static str) {
+        self.watch_restarts
+            .get_or_create(&ResourceLabels { resource })
+            .inc();
+    }
+
+    /// Observes how long a watch of `resource` was failing before it delivered again.
+    pub fn watch_resync(&self, resource: &'static str, down: Duration) {
+        self.watch_resync
+            .get_or_create(&ResourceLabels { resource })
+            .observe(down.as_secs_f64());
+    }
+
+    /// Counts an Event dropped because the publishing queue was full.
+    pub fn event_dropped(&self, warning: bool) {
+        let r#type = if warning { "Warning" } else { "Normal" };
+        self.events_dropped
+            .get_or_create(&EventTypeLabels { r#type })
+            .inc();
+    }
+
+    /// Derives `browsers` from this Browser cache until the registration drops.
+    pub fn observe_browsers(&self, store: Store<CachedBrowser>) -> CacheRegistration {
+        self.caches.add(Source::Browsers(store))
+    }
+
+    /// Derives `browserconfig_entries` and `browserconfig_conflicts` from this BrowserConfig
+    /// cache until the registration drops.
+    pub fn observe_configs(&self, store: Store<DynamicObject>) -> CacheRegistration {
+        self.caches.add(Source::Configs(store))
+    }
+
+    /// Derives `prepull_images` and `prepull_nodes_pending` from this cache of pre-pull
+    /// DaemonSets until the registration drops.
+    pub fn observe_prepull(&self, store: Store<DynamicObject>) -> CacheRegistration {
+        self.caches.add(Source::DaemonSets(store))
+    }
+
+    /// Whether a reconcile is running or waiting for a worker now.
+    pub fn reconciling(&self) -> bool {
+        self.in_flight.get() > 0
+    }
+
+    /// Marks a reconcile as running until the guard drops, then records its duration.
+    pub fn reconcile_started(&self) -> ReconcileGuard<'_> {
+        self.reconciles.inc();
+        self.in_flight.inc();
+        ReconcileGuard {
+            metrics: self,
+            start: std::time::Instant::now(),
+        }
+    }
+
+    /// The OpenMetrics text exposition.
+    pub fn encode(&self) -> Result<String, std::fmt::Error> {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
+        Ok(out)
+    }
+}
+
+/// Drop guard measuring one reconcile.
+pub struct ReconcileGuard<'a> {
+    metrics: &'a Metrics,
+    start: std::time::Instant,
+}
+
+impl Drop for ReconcileGuard<'_> {
+    fn drop(&mut self) {
+        self.metrics.in_flight.dec();
+        let elapsed: Duration = self.start.elapsed();
+        self.metrics
+            .reconcile_duration
+            .observe(elapsed.as_secs_f64());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(super) fn sample(text: &str, prefix: &str) -> Option<String> {
+        text.lines()
+            .find(|l| l.starts_with(prefix))
+            .and_then(|l| l.rsplit(' ').next())
+            .map(str::to_string)
+    }
+
+    #[test]
+    fn families_appear_with_their_values() {
+        let m = Metrics::new();
+        m.write("apply", "pods");
+        m.write("apply", "pods");
+        m.pod_create_error(403);
+        m.failure("ConfigNotFound");
+        m.deletion("ConfigNotFound");
+        m.watch_error("pods");
+        {
+            let _g = m.reconcile_started();
+        }
+        let text = m.encode().unwrap();
+        for expected in [
+            "browser_controller_api_writes_total{verb=\"apply\",resource=\"pods\"} 2",
+            "browser_controller_pod_create_errors_total{code=\"403\"} 1",
+            "browser_controller_browser_failures_total{reason=\"ConfigNotFound\"} 1",
+            "browser_controller_browser_deletions_total{reason=\"ConfigNotFound\"} 1",
+            "browser_controller_watch_errors_total{resource=\"pods\"} 1",
+            "browser_controller_reconciles_total 1",
+            "browser_controller_reconciles_in_flight 0",
+            "browser_controller_reconcile_duration_seconds_count 1",
+            "# TYPE browser_controller_browsers gauge",
+            "# TYPE browser_controller_browserconfig_entries gauge",
+            "# TYPE browser_controller_browserconfig_conflicts gauge",
+            "# TYPE browser_controller_prepull_images gauge",
+            "# TYPE browser_controller_prepull_nodes_pending gauge",
+        ] {
+            assert!(text.contains(expected), "missing {expected:?} in\n{text}");
+        }
+        assert!(text.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn startup_buckets_resolve_ten_milliseconds_to_ten_minutes() {
+        let m = Metrics::new();
+        let created: Timestamp = "2026-01-01T10:00:00Z".parse().unwrap();
+        m.startup(
+            Stage::PodCreated,
+            created,
+            "2026-01-01T10:00:00.02Z".parse().unwrap(),
+        );
+        m.startup(
+            Stage::Running,
+            created,
+            "2026-01-01T10:05:00Z".parse().unwrap(),
+        );
+        // Clock skew: the operator's clock behind the API server's.
+        m.startup(
+            Stage::Scheduled,
+            created,
+            "2026-01-01T09:59:59Z".parse().unwrap(),
+        );
+        let text = m.encode().unwrap();
+        let stage = |s: &str, suffix: &str| {
+            sample(
+                &text,
+                &format!("browser_controller_startup_seconds_{suffix}{{stage=\"{s}\""),
+            )
+        };
+        assert_eq!(stage("pod_created", "count").as_deref(), Some("1"));
+        assert_eq!(stage("running", "sum").as_deref(), Some("300.0"));
+        assert_eq!(stage("scheduled", "sum").as_deref(), Some("0.0"));
+        let buckets = |s: &str| -> Vec<(f64, u64)> {
+            text.lines()
+                .filter(|l| l.starts_with("browser_controller_startup_seconds_bucket{"))
+                .filter(|l| l.contains(&format!("stage=\"{s}\"")))
+                .filter_map(|l| {
+                    let le = l.split("le=\"").nth(1)?.split('"').next()?.parse().ok()?;
+                    Some((le, l.rsplit(' ').next()?.parse().ok()?))
+                })
+                .filter(|(le, _): &(f64, u64)| le.is_finite())
+                .collect()
+        };
+        let bounds = buckets("running");
+        assert_eq!(bounds.len(), 20, "{text}");
+        assert!((bounds[0].0 - 0.01).abs() < 1e-9, "{bounds:?}");
+        assert!((bounds[19].0 - 600.0).abs() < 1e-6, "{bounds:?}");
+        // 20 ms lands in the third bucket (0.01, 0.018, 0.032, …): resolved, not lumped.
+        let (le, _) = buckets("pod_created")
+            .into_iter()
+            .find(|(_, count)| *count == 1)
+            .unwrap();
+        assert!(le > 0.02 && le < 0.04, "{le}");
+    }
+}
