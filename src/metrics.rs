@@ -25,9 +25,9 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets_range
 use prometheus_client::registry::Registry;
 use serde_json::Value;
 
+use crate::api::browser::{BrowserStatus, Phase};
 use crate::config::lookup;
 use crate::controller::cached::CachedBrowser;
-use crate::lifecycle::status;
 use crate::pod::names;
 use crate::prepull::progress;
 
@@ -378,13 +378,13 @@ impl Drop for ReconcileGuard<'_> {
 /// Why the operator let a Browser go, from its status: the failure reason of a `Failed`
 /// Browser, `Succeeded`, or `external` when someone deleted it before it ended.
 pub fn deletion_reason(browser_status: &Value) -> &str {
-    match browser_status.get("phase").and_then(Value::as_str) {
-        Some(status::FAILED) => browser_status
-            .get("reason")
-            .and_then(Value::as_str)
+    let status = BrowserStatus::new(browser_status);
+    match status.phase() {
+        Some(Phase::Failed) => status
+            .reason()
             .filter(|r| !r.is_empty() && names::check_label_value(r).is_ok())
-            .unwrap_or(status::FAILED),
-        Some(status::SUCCEEDED) => status::SUCCEEDED,
+            .unwrap_or(Phase::Failed.as_str()),
+        Some(Phase::Succeeded) => Phase::Succeeded.as_str(),
         _ => "external",
     }
 }
@@ -392,11 +392,9 @@ pub fn deletion_reason(browser_status: &Value) -> &str {
 /// Whether writing `desired` over `current` publishes `Running` for the first time: the
 /// transition from no phase or `Pending`, which happens once per Browser.
 pub fn publishes_running(current: &Value, desired: &Value) -> bool {
-    fn phase(s: &Value) -> Option<&str> {
-        s.get("phase").and_then(Value::as_str)
-    }
-    phase(desired) == Some(status::RUNNING)
-        && matches!(phase(current), None | Some(status::PENDING))
+    let (current, desired) = (BrowserStatus::new(current), BrowserStatus::new(desired));
+    desired.phase() == Some(Phase::Running)
+        && (current.phase_as_written().is_none() || current.phase() == Some(Phase::Pending))
 }
 
 /// When the pod's `PodScheduled` condition turned `True`.
@@ -433,29 +431,15 @@ pub fn first_scheduled(
     Some((created, scheduled))
 }
 
-/// A label value taken from a Browser's spec: the value when it is a valid label value
-/// (the CRD requires it), else empty, so that no odd input makes an unbounded label.
-fn spec_label(value: Option<&str>) -> String {
-    value
-        .filter(|v| names::check_label_value(v).is_ok())
-        .unwrap_or_default()
-        .to_string()
-}
-
 /// The `phase` label: the Browser's phase, `None` before the operator wrote one, `Unknown`
 /// for anything outside the documented phases.
 fn phase_label(browser: &CachedBrowser) -> String {
-    match browser.phase() {
-        None => "None".into(),
-        Some(
-            phase @ (status::PENDING
-            | status::RUNNING
-            | status::SUCCEEDED
-            | status::FAILED
-            | status::UNKNOWN),
-        ) => phase.into(),
-        Some(_) => status::UNKNOWN.into(),
-    }
+    browser
+        .phase()
+        .map_or("None", |p| {
+            Phase::parse(p).unwrap_or(Phase::Unknown).as_str()
+        })
+        .into()
 }
 
 /// Browsers by namespace, browser, version and phase.
@@ -466,8 +450,10 @@ fn browser_counts<'a>(
     for browser in browsers {
         let labels = BrowserLabels {
             namespace: browser.metadata.namespace.clone().unwrap_or_default(),
-            browser: spec_label(browser.browser_name()),
-            version: spec_label(browser.browser_version()),
+            // Empty when not valid (the CRD requires a label value): no odd input makes an
+            // unbounded label.
+            browser: browser.browser_name().unwrap_or_default().into(),
+            version: browser.browser_version().unwrap_or_default().into(),
             phase: phase_label(browser),
         };
         *counts.entry(labels).or_insert(0) += 1;

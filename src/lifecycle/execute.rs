@@ -9,7 +9,9 @@ use kube::core::ApiResource;
 use serde_json::{Value, json};
 
 use super::decide::{Event, Plan, PodAdoption, PodDelete, holds_finalizer};
+use super::reason::Reason;
 use super::status::Failure;
+use crate::api::browser::{Browser, SpecField};
 use crate::api::error::describe;
 use crate::api::keys;
 use crate::api::openapi::is_unknown_field_rejection;
@@ -44,10 +46,10 @@ pub enum CreateOutcome {
 pub fn classify_create_error(code: u16, message: &str) -> CreateOutcome {
     match code {
         403 if message.contains("exceeded quota") => {
-            CreateOutcome::Fail(Failure::new("QuotaExceeded", message))
+            CreateOutcome::Fail(Failure::new(Reason::QuotaExceeded, message))
         }
-        403 => CreateOutcome::Fail(Failure::new("Forbidden", message)),
-        422 | 400 => CreateOutcome::Fail(Failure::new("InvalidPodSpec", message)),
+        403 => CreateOutcome::Fail(Failure::new(Reason::Forbidden, message)),
+        422 | 400 => CreateOutcome::Fail(Failure::new(Reason::InvalidPodSpec, message)),
         _ => CreateOutcome::Retry,
     }
 }
@@ -258,18 +260,12 @@ impl Target<'_> {
     /// body makes the API server refuse the write rather than create a Browser of that name
     /// anew (409) or write to another Browser that took the name.
     async fn apply_metadata(&self) -> Result<Option<DynamicObject>, ExecuteError> {
-        let spec = |f: &str| {
-            self.browser
-                .data
-                .pointer(&format!("/spec/{f}"))
-                .cloned()
-                .unwrap_or(Value::Null)
-        };
+        let spec = Browser::new(self.browser).fields();
         let mut body = self.header();
         body["metadata"]["labels"] = json!({
             keys::LABEL_BROWSER: self.name(),
-            keys::LABEL_BROWSER_NAME: spec("browserName"),
-            keys::LABEL_BROWSER_VERSION: spec("browserVersion"),
+            keys::LABEL_BROWSER_NAME: spec.as_written(SpecField::BrowserName),
+            keys::LABEL_BROWSER_VERSION: spec.as_written(SpecField::BrowserVersion),
         });
         body["metadata"]["finalizers"] = json!([keys::FINALIZER]);
         self.metrics.write("apply", "browsers");

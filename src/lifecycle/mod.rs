@@ -4,4 +4,5 @@
 pub mod decide;
 pub mod desired;
 pub mod execute;
+pub mod reason;
 pub mod status;
