@@ -28,6 +28,7 @@ use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use tracing::{Instrument, debug, info_span, warn};
 
+use crate::api::apply;
 use crate::api::discovery::Kinds;
 use crate::api::error::describe;
 use crate::api::keys;
@@ -440,12 +441,8 @@ async fn reconcile(config: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Acti
         if desired != current {
             let api: Api<DynamicObject> =
                 Api::namespaced_with(ctx.client.clone(), &ns, &ctx.kinds.browserconfig);
-            let body = json!({
-                "apiVersion": ctx.kinds.browserconfig.api_version,
-                "kind": ctx.kinds.browserconfig.kind,
-                "metadata": {"name": name},
-                "status": desired,
-            });
+            let mut body = apply::body(&ctx.kinds.browserconfig, &name, None);
+            body["status"] = desired;
             ctx.metrics.write("apply", "browserconfigs/status");
             api.patch_status(
                 &name,

@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 use super::decide::{Event, Plan, PodAdoption, PodDelete, holds_finalizer};
 use super::reason::Reason;
 use super::status::Failure;
+use crate::api::apply;
 use crate::api::browser::{Browser, SpecField};
 use crate::api::error::describe;
 use crate::api::keys;
@@ -124,11 +125,11 @@ impl Target<'_> {
     /// The head of every apply to the Browser. Its `uid` is a precondition: the write never
     /// lands on another Browser that took the name, nor creates one.
     fn header(&self) -> Value {
-        json!({
-            "apiVersion": self.browser_resource.api_version,
-            "kind": self.browser_resource.kind,
-            "metadata": {"name": self.name(), "uid": self.browser.metadata.uid},
-        })
+        apply::body(
+            self.browser_resource,
+            self.name(),
+            self.browser.metadata.uid.as_deref(),
+        )
     }
 
     /// Executes the writes of `plan` in order. Events are returned to the caller, which
@@ -284,11 +285,9 @@ impl Target<'_> {
     /// under its own field manager; the `uid` in the body makes the API server refuse the
     /// write if the name now belongs to another pod.
     async fn adopt_pod(&self, adoption: &PodAdoption) -> Result<DynamicObject, ExecuteError> {
-        let body = json!({
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": self.name(), "uid": adoption.uid, "labels": adoption.labels},
-        });
+        let pods = ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&());
+        let mut body = apply::body(&pods, self.name(), Some(&adoption.uid));
+        body["metadata"]["labels"] = json!(adoption.labels);
         self.metrics.write("apply", "pods");
         self.pods
             .patch(
