@@ -8,11 +8,14 @@ use kube::api::DynamicObject;
 use kube::core::ApiResource;
 use serde_json::Value;
 
+use crate::api::browser::Browser;
 use crate::api::keys;
 use crate::cli::{OutputFormat, RenderArgs};
 use crate::config::lookup::{self, LookupError};
-use crate::lifecycle::decide::{self, PodCreation};
+use crate::lifecycle::decide::PodCreation;
 use crate::lifecycle::desired;
+use crate::lifecycle::reason::Reason;
+use crate::lifecycle::status::Failure;
 use crate::manifest::{self, ManifestError};
 use crate::prepull::render as prepull;
 
@@ -176,11 +179,13 @@ fn render_pod(
     }
     let browser = to_object(browser, "Browser", browsers.remove(0))?;
     // What the operator would say of this spec (a version YAML read as a number …).
-    let (name, version) =
-        decide::browser_spec(&browser).map_err(|failure| RenderCommandError::Rejected {
+    let key = Browser::new(&browser).spec().map_err(|invalid| {
+        let failure = Failure::from(invalid);
+        RenderCommandError::Rejected {
             reason: failure.reason,
             message: failure.message,
-        })?;
+        }
+    })?;
     // Like the operator, only configs of the Browser's namespace count; files without a
     // namespace stand for any.
     let mut elsewhere = BTreeSet::new();
@@ -201,8 +206,8 @@ fn render_pod(
         |_, _, _| None,
     ) {
         PodCreation::Render { pod, .. } => pod,
-        PodCreation::Fail(failure) if failure.reason == "ConfigNotFound" => {
-            let available = match lookup::resolve(&configs, name, version) {
+        PodCreation::Fail(failure) if failure.reason == Reason::ConfigNotFound.as_str() => {
+            let available = match lookup::resolve(&configs, key.name, key.version) {
                 Err(LookupError::NotFound { available, .. }) if !available.is_empty() => {
                     format!(" (available: {})", available.join(", "))
                 }

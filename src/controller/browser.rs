@@ -21,6 +21,7 @@ use super::cached::CachedBrowser;
 use super::execute::{ExecuteError, Executed, Target};
 use super::fresher::Known;
 use super::{ReconcileError, Scope, Shared, stages};
+use crate::api::browser::{BrowserStatus, Phase};
 use crate::lifecycle::decide::{self, Observed, PodCreation};
 use crate::lifecycle::desired;
 use crate::lifecycle::milestones;
@@ -295,14 +296,13 @@ fn let_go(scope: &Scope, ns: &str, name: &str, browser: &DynamicObject) {
 
 /// What a reconcile decided to write, at debug level (cheap: flags and the phase only).
 fn log_plan(plan: &decide::Plan) {
-    let status = plan.status.as_ref();
-    let field = |f: &str| status.and_then(|s| s.get(f)).and_then(Value::as_str);
+    let status = plan.status.as_ref().map(BrowserStatus::new);
     debug!(
         ensure_metadata = plan.ensure_metadata,
         adopt_pod = plan.adopt_pod.is_some(),
         create_pod = plan.create_pod.is_some(),
-        status_phase = field("phase"),
-        status_reason = field("reason"),
+        status_phase = status.and_then(BrowserStatus::phase_as_written),
+        status_reason = status.and_then(BrowserStatus::reason),
         delete_pod_grace = ?plan.delete_pod.as_ref().map(|d| d.grace_seconds),
         delete_browser = plan.delete_browser,
         release_finalizer = plan.release_finalizer,
@@ -328,8 +328,9 @@ fn publish_failures(shared: &Shared, plan: &decide::Plan) {
     if let Some(reason) = plan
         .status
         .as_ref()
-        .filter(|s| s.get("phase").and_then(Value::as_str) == Some("Failed"))
-        .and_then(|s| s.get("reason").and_then(Value::as_str))
+        .map(BrowserStatus::new)
+        .filter(|s| s.phase() == Some(Phase::Failed))
+        .and_then(BrowserStatus::reason)
     {
         shared.metrics.failure(reason);
     }

@@ -21,6 +21,7 @@ use kube::core::{ApiResource, DynamicResourceScope, Resource};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Value, json};
 
+use crate::api::browser::{BrowserSpec, BrowserStatus, SpecField};
 use crate::api::keys;
 
 /// The metadata the operator reads, as it comes over the wire (everything else is skipped
@@ -173,11 +174,14 @@ impl<'de> Deserialize<'de> for CachedBrowser {
         }
         let mut wire = Wire::deserialize(deserializer)?;
         wire.metadata.keep_annotations(true);
-        let field = |v: &Value, field: &str| v.get(field).and_then(Value::as_str).map(Box::from);
+        let spec = BrowserSpec::new(&wire.spec);
+        let valid = |f| spec.field(f).ok().map(Box::from);
         Ok(CachedBrowser {
-            browser_name: field(&wire.spec, "browserName"),
-            browser_version: field(&wire.spec, "browserVersion"),
-            phase: field(&wire.status, "phase"),
+            browser_name: valid(SpecField::BrowserName),
+            browser_version: valid(SpecField::BrowserVersion),
+            phase: BrowserStatus::new(&wire.status)
+                .phase_as_written()
+                .map(Box::from),
             deleting: wire.metadata.deletion_timestamp.is_some(),
             text: text(&wire.metadata, &wire.spec, &wire.status),
             metadata: wire.metadata.identity(),
@@ -196,12 +200,12 @@ impl CachedBrowser {
         self.deleting
     }
 
-    /// `spec.browserName`, when it is a string.
+    /// `spec.browserName`, when it is valid (a label value, as the CRD requires).
     pub fn browser_name(&self) -> Option<&str> {
         self.browser_name.as_deref()
     }
 
-    /// `spec.browserVersion`, when it is a string.
+    /// `spec.browserVersion`, when it is valid (a label value, as the CRD requires).
     pub fn browser_version(&self) -> Option<&str> {
         self.browser_version.as_deref()
     }

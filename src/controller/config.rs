@@ -32,6 +32,7 @@ use super::prepull::{self, PREPULL_CACHE_WAIT, PrePull};
 use super::scope::scoped_api;
 use super::verdicts::{REFUSED_RETRY_MAX, Verdict, Verdicts};
 use super::watch::{self, WatchHealth};
+use crate::api::apply;
 use crate::api::error::describe;
 use crate::api::keys;
 use crate::api::kinds::{self, Kinds};
@@ -301,12 +302,8 @@ async fn reconcile(config: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Acti
         if desired != current {
             let api: Api<DynamicObject> =
                 Api::namespaced_with(ctx.client.clone(), &ns, &ctx.kinds.browserconfig);
-            let body = json!({
-                "apiVersion": ctx.kinds.browserconfig.api_version,
-                "kind": ctx.kinds.browserconfig.kind,
-                "metadata": {"name": name},
-                "status": desired,
-            });
+            let mut body = apply::body(&ctx.kinds.browserconfig, &name, None);
+            body["status"] = desired;
             ctx.metrics.write("apply", "browserconfigs/status");
             api.patch_status(
                 &name,

@@ -8,6 +8,8 @@ use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, Preconditi
 use kube::core::ApiResource;
 use serde_json::{Value, json};
 
+use crate::api::apply;
+use crate::api::browser::{Browser, SpecField};
 use crate::api::error::describe;
 use crate::api::keys;
 use crate::lifecycle::decide::{Plan, PodAdoption, PodDelete, holds_finalizer};
@@ -102,11 +104,11 @@ impl Target<'_> {
     /// The head of every apply to the Browser. Its `uid` is a precondition: the write never
     /// lands on another Browser that took the name, nor creates one.
     fn header(&self) -> Value {
-        json!({
-            "apiVersion": self.browser_resource.api_version,
-            "kind": self.browser_resource.kind,
-            "metadata": {"name": self.name(), "uid": self.browser.metadata.uid},
-        })
+        apply::body(
+            self.browser_resource,
+            self.name(),
+            self.browser.metadata.uid.as_deref(),
+        )
     }
 
     /// Executes the writes of `plan` in order. Events are returned to the caller, which
@@ -239,18 +241,12 @@ impl Target<'_> {
     /// body makes the API server refuse the write rather than create a Browser of that name
     /// anew (409) or write to another Browser that took the name.
     async fn apply_metadata(&self) -> Result<Option<DynamicObject>, ExecuteError> {
-        let spec = |f: &str| {
-            self.browser
-                .data
-                .pointer(&format!("/spec/{f}"))
-                .cloned()
-                .unwrap_or(Value::Null)
-        };
+        let spec = Browser::new(self.browser).fields();
         let mut body = self.header();
         body["metadata"]["labels"] = json!({
             keys::LABEL_BROWSER: self.name(),
-            keys::LABEL_BROWSER_NAME: spec("browserName"),
-            keys::LABEL_BROWSER_VERSION: spec("browserVersion"),
+            keys::LABEL_BROWSER_NAME: spec.as_written(SpecField::BrowserName),
+            keys::LABEL_BROWSER_VERSION: spec.as_written(SpecField::BrowserVersion),
         });
         body["metadata"]["finalizers"] = json!([keys::FINALIZER]);
         self.metrics.write("apply", "browsers");
@@ -269,11 +265,9 @@ impl Target<'_> {
     /// under its own field manager; the `uid` in the body makes the API server refuse the
     /// write if the name now belongs to another pod.
     async fn adopt_pod(&self, adoption: &PodAdoption) -> Result<DynamicObject, ExecuteError> {
-        let body = json!({
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": self.name(), "uid": adoption.uid, "labels": adoption.labels},
-        });
+        let pods = ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&());
+        let mut body = apply::body(&pods, self.name(), Some(&adoption.uid));
+        body["metadata"]["labels"] = json!(adoption.labels);
         self.metrics.write("apply", "pods");
         self.pods
             .patch(

@@ -10,7 +10,9 @@ use jiff::{SignedDuration, Timestamp};
 use kube::api::DynamicObject;
 use serde_json::Value;
 
+use super::reason::Reason;
 use super::status::{self, Failure, StatusBuilder};
+use crate::api::browser::{Browser, Phase, SpecField};
 use crate::api::keys;
 use crate::duration;
 use crate::pod::names;
@@ -136,8 +138,8 @@ impl Observed<'_> {
         self.browser.data.get("status").unwrap_or(&Value::Null)
     }
 
-    fn phase(&self) -> Option<&str> {
-        self.status().get("phase").and_then(Value::as_str)
+    fn phase(&self) -> Option<Phase> {
+        Browser::new(self.browser).phase()
     }
 
     fn has_finalizer(&self) -> bool {
@@ -168,7 +170,7 @@ impl Observed<'_> {
         let s = self.status();
         matches!(
             self.phase(),
-            Some(status::PENDING | status::RUNNING | status::UNKNOWN)
+            Some(Phase::Pending | Phase::Running | Phase::Unknown)
         ) || s.get("podIP").is_some()
             || s.get("startTime").is_some()
     }
@@ -186,11 +188,12 @@ impl Observed<'_> {
         {
             labels.insert(keys::LABEL_BROWSER.into(), name.into());
         }
+        let fields = Browser::new(self.browser).fields();
         for (key, field) in [
-            (keys::LABEL_BROWSER_NAME, "browserName"),
-            (keys::LABEL_BROWSER_VERSION, "browserVersion"),
+            (keys::LABEL_BROWSER_NAME, SpecField::BrowserName),
+            (keys::LABEL_BROWSER_VERSION, SpecField::BrowserVersion),
         ] {
-            if let Ok(value) = spec_field(self.browser, field) {
+            if let Ok(value) = fields.field(field) {
                 labels.insert(key.into(), value.into());
             }
         }
@@ -218,54 +221,6 @@ impl Observed<'_> {
         get(keys::LABEL_BROWSER) == self.browser.metadata.name.as_deref()
             && get(keys::LABEL_BROWSER_NAME) == Some(name)
             && get(keys::LABEL_BROWSER_VERSION) == Some(version)
-    }
-}
-
-/// `spec.<field>` as the string it must be (docs/behaviour.md, "Browser"), or what is wrong
-/// with it. Numbers are refused rather than converted: YAML reads `120.10` as the number 120.1,
-/// so a converted version could silently name another browser version.
-pub fn spec_field<'a>(browser: &'a DynamicObject, field: &str) -> Result<&'a str, String> {
-    match browser.data.get("spec").and_then(|s| s.get(field)) {
-        None | Some(Value::Null) => Err(format!("spec.{field} is missing")),
-        Some(Value::String(s)) if s.is_empty() => Err(format!("spec.{field} is empty")),
-        Some(Value::String(s)) => names::check_label_value(s)
-            .map(|()| s.as_str())
-            .map_err(|why| format!("spec.{field} {s:?} is not a valid label value: {why}")),
-        Some(Value::Number(n)) => Err(format!(
-            "spec.{field} must be a string, got the number {n}; quote it (\"{n}\") so it is read exactly as written"
-        )),
-        Some(other) => Err(format!(
-            "spec.{field} must be a string, got {}",
-            json_type(other)
-        )),
-    }
-}
-
-/// The Browser's name and version, or the `InvalidSpec` failure saying what is wrong with them.
-pub fn browser_spec(browser: &DynamicObject) -> Result<(&str, &str), Failure> {
-    match (
-        spec_field(browser, "browserName"),
-        spec_field(browser, "browserVersion"),
-    ) {
-        (Ok(n), Ok(v)) => Ok((n, v)),
-        (n, v) => {
-            let problems: Vec<String> = [n.err(), v.err()].into_iter().flatten().collect();
-            Err(Failure::new(
-                "InvalidSpec",
-                format!("invalid Browser spec: {}", problems.join("; ")),
-            ))
-        }
-    }
-}
-
-fn json_type(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "a list",
-        Value::Object(_) => "an object",
     }
 }
 
@@ -302,24 +257,24 @@ pub fn decide(obs: &Observed, settings: &Settings, creation: impl FnOnce() -> Po
     if obs.browser.metadata.deletion_timestamp.is_some() {
         return deleting(obs, settings);
     }
-    if matches!(obs.phase(), Some(status::FAILED | status::SUCCEEDED)) {
+    if matches!(obs.phase(), Some(Phase::Failed | Phase::Succeeded)) {
         return terminal(obs, settings);
     }
     let mut plan = Plan::default();
-    let (name, version) = match browser_spec(obs.browser) {
-        Ok(spec) => spec,
-        Err(failure) => {
-            fail(&mut plan, obs, settings, failure, Some(0));
+    let key = match Browser::new(obs.browser).spec() {
+        Ok(key) => key,
+        Err(invalid) => {
+            fail(&mut plan, obs, settings, invalid.into(), Some(0));
             return plan;
         }
     };
-    plan.ensure_metadata = !obs.has_finalizer() || !obs.labels_ok(name, version);
+    plan.ensure_metadata = !obs.has_finalizer() || !obs.labels_ok(key.name, key.version);
 
     if let Some(max) = settings.max_lifetime {
         let deadline = after(obs.created(), max);
         if obs.now >= deadline {
             let failure = Failure::new(
-                "LifetimeExceeded",
+                Reason::LifetimeExceeded,
                 format!(
                     "browser exceeded its maximum lifetime of {}",
                     duration::format(max)
@@ -334,7 +289,7 @@ pub fn decide(obs: &Observed, settings: &Settings, creation: impl FnOnce() -> Po
     match obs.pod {
         None if obs.had_pod() => {
             let failure = Failure::new(
-                "PodLost",
+                Reason::PodLost,
                 "pod disappeared after it was created; a browser pod is never recreated because the session is bound to its IP",
             );
             fail(&mut plan, obs, settings, failure, None);
@@ -350,14 +305,14 @@ pub fn decide(obs: &Observed, settings: &Settings, creation: impl FnOnce() -> Po
                 set_status(&mut plan, obs, obs.builder().created());
                 plan.events.push(Event {
                     warning: false,
-                    reason: "PodCreated".into(),
+                    reason: Reason::PodCreated.into(),
                     note: format!("created pod with image {image}"),
                     action: "CreatePod",
                 });
                 if !removed.is_empty() {
                     plan.events.push(Event {
                         warning: true,
-                        reason: "PodFieldsRemoved".into(),
+                        reason: Reason::PodFieldsRemoved.into(),
                         note: format!(
                             "removed from the pod because the cluster's Pod schema does not declare them: {}",
                             removed.join(", ")
@@ -388,7 +343,7 @@ fn foreign_pod(plan: &mut Plan, obs: &Observed, settings: &Settings, pod: &Value
             return;
         }
         let failure = Failure::new(
-            "PodCreationTimeout",
+            Reason::PodCreationTimeout,
             format!(
                 "pod creation timeout exceeded after {}, pod name {name} is held by a terminating pod this Browser does not control",
                 duration::format(settings.creation_timeout)
@@ -413,7 +368,7 @@ fn foreign_pod(plan: &mut Plan, obs: &Observed, settings: &Settings, pod: &Value
         })
         .unwrap_or_else(|| "none".into());
     let failure = Failure::new(
-        "PodConflict",
+        Reason::PodConflict,
         format!(
             "pod {name} already exists and is not controlled by this Browser (controller: {owner}); it is left untouched"
         ),
@@ -424,15 +379,15 @@ fn foreign_pod(plan: &mut Plan, obs: &Observed, settings: &Settings, pod: &Value
 fn owned_pod(plan: &mut Plan, obs: &Observed, settings: &Settings, pod: &Value) {
     if is_terminating(pod) {
         let failure = Failure::new(
-            "PodDeleted",
+            Reason::PodDeleted,
             "pod was deleted while the browser session was alive",
         );
         fail(plan, obs, settings, failure, None);
         return;
     }
     match status::pod_phase(pod) {
-        status::FAILED => fail(plan, obs, settings, status::pod_failure(pod), Some(0)),
-        status::SUCCEEDED => {
+        Phase::Failed => fail(plan, obs, settings, status::pod_failure(pod), Some(0)),
+        Phase::Succeeded => {
             let desired = obs.builder().succeeded(pod);
             set_status(plan, obs, desired);
             plan.delete_pod = Some(PodDelete {
@@ -441,28 +396,28 @@ fn owned_pod(plan: &mut Plan, obs: &Observed, settings: &Settings, pod: &Value) 
             });
             plan.events.push(Event {
                 warning: false,
-                reason: "Succeeded".into(),
+                reason: Phase::Succeeded.as_str().into(),
                 note: "pod completed; deleting it".into(),
                 action: "DeletePod",
             });
         }
-        status::RUNNING if status::pod_ip(pod).is_some() => {
+        Phase::Running if status::pod_ip(pod).is_some() => {
             if let Some(failure) = status::critical_termination(pod) {
                 fail(plan, obs, settings, failure, None);
                 return;
             }
             let desired = obs.builder().mirror(pod);
-            if obs.phase() != Some(status::RUNNING) {
+            if obs.phase() != Some(Phase::Running) {
                 plan.events.push(Event {
                     warning: false,
-                    reason: "Running".into(),
+                    reason: Phase::Running.as_str().into(),
                     note: format!("pod running at {}", status::pod_ip(pod).unwrap_or_default()),
                     action: "ObservePod",
                 });
             }
             set_status(plan, obs, desired);
         }
-        status::PENDING | status::RUNNING => {
+        Phase::Pending | Phase::Running => {
             if let Some(failure) = status::pending_failure(pod) {
                 fail(plan, obs, settings, failure, Some(0));
                 return;
@@ -471,7 +426,7 @@ fn owned_pod(plan: &mut Plan, obs: &Observed, settings: &Settings, pod: &Value) 
             let deadline = after(started, settings.creation_timeout);
             if obs.now >= deadline {
                 let failure = Failure::new(
-                    "PodCreationTimeout",
+                    Reason::PodCreationTimeout,
                     format!(
                         "pod creation timeout exceeded after {}, {}",
                         duration::format(settings.creation_timeout),
@@ -588,7 +543,7 @@ fn deleting(obs: &Observed, settings: &Settings) -> Plan {
             });
             plan.events.push(Event {
                 warning: false,
-                reason: "DeletingPod".into(),
+                reason: Reason::DeletingPod.into(),
                 note: "Browser deleted; deleting its pod".into(),
                 action: "DeletePod",
             });
@@ -604,7 +559,7 @@ fn deleting(obs: &Observed, settings: &Settings) -> Plan {
                 plan.release_finalizer = true;
                 plan.events.push(Event {
                     warning: true,
-                    reason: "PodDeletionTimeout".into(),
+                    reason: Reason::PodDeletionTimeout.into(),
                     note: format!(
                         "pod still terminating {} after its deletion was requested; force-deleted",
                         duration::format(settings.deletion_timeout)

@@ -9,7 +9,9 @@ use kube::api::DynamicObject;
 use kube::core::ApiResource;
 
 use super::decide::PodCreation;
+use super::reason::Reason;
 use super::status::Failure;
+use crate::api::browser::{Browser, SpecField};
 use crate::config::lookup::{self, LookupError};
 use crate::config::validate;
 use crate::pod::options;
@@ -27,30 +29,31 @@ pub fn pod_for<C: Borrow<DynamicObject>>(
     schema: Option<&PodSchema>,
     rejected: impl Fn(&str, &str, &str) -> Option<String>,
 ) -> PodCreation {
-    let spec = |f: &str| {
-        browser
-            .data
-            .pointer(&format!("/spec/{f}"))
-            .and_then(|v| v.as_str())
-            .unwrap_or_default()
-    };
-    let (name, version) = (spec("browserName"), spec("browserVersion"));
+    // As written: the BrowserConfig dry run renders for entry keys that need not be label values.
+    let spec = Browser::new(browser).fields();
+    let field = |f| spec.as_written(f).unwrap_or_default();
+    let (name, version) = (
+        field(SpecField::BrowserName),
+        field(SpecField::BrowserVersion),
+    );
     let namespace = browser.metadata.namespace.as_deref().unwrap_or("default");
     let resolved = match lookup::resolve(configs, name, version) {
         Ok(resolved) => resolved,
         Err(LookupError::NotFound { .. }) => {
             return PodCreation::Fail(Failure::new(
-                "ConfigNotFound",
+                Reason::ConfigNotFound,
                 format!(
                     "Browser configuration not found: no BrowserConfig in namespace {namespace} defines browser {name} version {version}"
                 ),
             ));
         }
-        Err(other) => return PodCreation::Fail(Failure::new("InvalidConfig", other.to_string())),
+        Err(other) => {
+            return PodCreation::Fail(Failure::new(Reason::InvalidConfig, other.to_string()));
+        }
     };
     if let Err(problems) = validate::validate_entry(&resolved.entry) {
         return PodCreation::Fail(Failure::new(
-            "InvalidConfig",
+            Reason::InvalidConfig,
             format!(
                 "BrowserConfig {} entry {name} {version} is invalid: {}",
                 resolved.config_name,
@@ -66,7 +69,7 @@ pub fn pod_for<C: Borrow<DynamicObject>>(
         .unwrap_or_else(|| version.to_string());
     if let Some(message) = rejected(&resolved.config_name, name, &key) {
         return PodCreation::Fail(Failure::new(
-            "InvalidConfig",
+            Reason::InvalidConfig,
             format!(
                 "BrowserConfig {} entry {name} {key} is rejected by the cluster: {message}",
                 resolved.config_name
@@ -75,7 +78,9 @@ pub fn pod_for<C: Borrow<DynamicObject>>(
     }
     let session_options = match options::from_browser(browser) {
         Ok(o) => o,
-        Err(e) => return PodCreation::Fail(Failure::new("InvalidSelenosisOptions", e.to_string())),
+        Err(e) => {
+            return PodCreation::Fail(Failure::new(Reason::InvalidSelenosisOptions, e.to_string()));
+        }
     };
     let input = RenderInput {
         browser,
@@ -89,9 +94,9 @@ pub fn pod_for<C: Borrow<DynamicObject>>(
             PodCreation::Render { pod, removed }
         }
         Err(RenderError::Options(e)) => {
-            PodCreation::Fail(Failure::new("InvalidSelenosisOptions", e.to_string()))
+            PodCreation::Fail(Failure::new(Reason::InvalidSelenosisOptions, e.to_string()))
         }
-        Err(e) => PodCreation::Fail(Failure::new("InvalidConfig", e.to_string())),
+        Err(e) => PodCreation::Fail(Failure::new(Reason::InvalidConfig, e.to_string())),
     }
 }
 

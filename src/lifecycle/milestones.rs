@@ -5,7 +5,7 @@ use jiff::Timestamp;
 use kube::api::DynamicObject;
 use serde_json::Value;
 
-use crate::lifecycle::status;
+use crate::api::browser::{BrowserStatus, Phase};
 use crate::pod::names;
 
 /// When the pod's `PodScheduled` condition turned `True`.
@@ -45,23 +45,21 @@ pub fn first_scheduled(
 /// Whether writing `desired` over `current` publishes `Running` for the first time: the
 /// transition from no phase or `Pending`, which happens once per Browser.
 pub fn publishes_running(current: &Value, desired: &Value) -> bool {
-    fn phase(s: &Value) -> Option<&str> {
-        s.get("phase").and_then(Value::as_str)
-    }
-    phase(desired) == Some(status::RUNNING)
-        && matches!(phase(current), None | Some(status::PENDING))
+    let (current, desired) = (BrowserStatus::new(current), BrowserStatus::new(desired));
+    desired.phase() == Some(Phase::Running)
+        && (current.phase_as_written().is_none() || current.phase() == Some(Phase::Pending))
 }
 
 /// Why the operator let a Browser go, from its status: the failure reason of a `Failed`
 /// Browser, `Succeeded`, or `external` when someone deleted it before it ended.
 pub fn deletion_reason(browser_status: &Value) -> &str {
-    match browser_status.get("phase").and_then(Value::as_str) {
-        Some(status::FAILED) => browser_status
-            .get("reason")
-            .and_then(Value::as_str)
+    let status = BrowserStatus::new(browser_status);
+    match status.phase() {
+        Some(Phase::Failed) => status
+            .reason()
             .filter(|r| !r.is_empty() && names::check_label_value(r).is_ok())
-            .unwrap_or(status::FAILED),
-        Some(status::SUCCEEDED) => status::SUCCEEDED,
+            .unwrap_or(Phase::Failed.as_str()),
+        Some(Phase::Succeeded) => Phase::Succeeded.as_str(),
         _ => "external",
     }
 }

@@ -5,5 +5,6 @@
 pub mod decide;
 pub mod desired;
 pub mod milestones;
+pub mod reason;
 pub mod rejection;
 pub mod status;

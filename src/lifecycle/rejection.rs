@@ -2,6 +2,7 @@
 //! table"): one pure classification of the HTTP code and message for every writer, a
 //! Browser's pod create, a BrowserConfig entry's dry run and a pre-pull DaemonSet alike.
 
+use super::reason::Reason;
 use super::status::Failure;
 
 /// The message with which server-side apply rejects a field the cluster's schema lacks.
@@ -44,10 +45,10 @@ impl Remedy {
 pub fn classify(code: u16, message: &str) -> Rejection {
     let remedy = match code {
         403 if message.contains("exceeded quota") => {
-            Remedy::Forbidden(Failure::new("QuotaExceeded", message))
+            Remedy::Forbidden(Failure::new(Reason::QuotaExceeded, message))
         }
-        403 => Remedy::Forbidden(Failure::new("Forbidden", message)),
-        422 | 400 => Remedy::Invalid(Failure::new("InvalidPodSpec", message)),
+        403 => Remedy::Forbidden(Failure::new(Reason::Forbidden, message)),
+        422 | 400 => Remedy::Invalid(Failure::new(Reason::InvalidPodSpec, message)),
         _ => Remedy::Retry,
     };
     Rejection {

@@ -5,14 +5,9 @@
 use jiff::Timestamp;
 use serde_json::{Map, Value, json};
 
+use super::reason::Reason;
+use crate::api::browser::{BrowserStatus, Phase, SpecError};
 use crate::api::keys::CRITICAL_CONTAINERS;
-
-/// Browser phases (docs/behaviour.md, "Browser").
-pub const PENDING: &str = "Pending";
-pub const RUNNING: &str = "Running";
-pub const SUCCEEDED: &str = "Succeeded";
-pub const FAILED: &str = "Failed";
-pub const UNKNOWN: &str = "Unknown";
 
 /// Waiting reasons a container passes through on its way to running; every other waiting reason
 /// of a pending pod is a failure (docs/behaviour.md, "Cleanup table").
@@ -35,11 +30,20 @@ impl Failure {
     }
 }
 
-/// The Pod's phase as its status reports it (`Pending` when absent, as the API server defaults it).
-pub fn pod_phase(pod: &Value) -> &str {
+impl From<SpecError> for Failure {
+    fn from(invalid: SpecError) -> Self {
+        Failure::new(Reason::InvalidSpec, invalid.to_string())
+    }
+}
+
+/// The Pod's phase as its status reports it (`Pending` when absent, as the API server defaults
+/// it; `Unknown` for a phase of no known name).
+pub fn pod_phase(pod: &Value) -> Phase {
     pod.pointer("/status/phase")
         .and_then(Value::as_str)
-        .unwrap_or(PENDING)
+        .map_or(Phase::Pending, |p| {
+            Phase::parse(p).unwrap_or(Phase::Unknown)
+        })
 }
 
 /// The Pod's IP, if assigned.
@@ -99,7 +103,7 @@ pub fn pending_failure(pod: &Value) -> Option<Failure> {
             let completed_init = is_init && code == 0 && !is_restartable_init(pod, name);
             if !completed_init {
                 return Some(Failure::new(
-                    "ContainerTerminated",
+                    Reason::ContainerTerminated,
                     terminated_message(name, terminated),
                 ));
             }
@@ -127,7 +131,7 @@ pub fn critical_termination(pod: &Value) -> Option<Failure> {
         }
         let terminated = status.pointer("/state/terminated")?;
         Some(Failure::new(
-            "ContainerTerminated",
+            Reason::ContainerTerminated,
             terminated_message(name, terminated),
         ))
     })
@@ -151,7 +155,7 @@ pub fn pod_failure(pod: &Value) -> Failure {
             let reason = str_at(terminated, "/reason").unwrap_or("Error");
             Failure::new(reason, terminated_message(name, terminated))
         }
-        None => Failure::new("PodFailed", "pod has failed with reason: PodFailed"),
+        None => Failure::new(Reason::PodFailed, "pod has failed with reason: PodFailed"),
     }
 }
 
@@ -254,31 +258,28 @@ impl<'a> StatusBuilder<'a> {
     /// only published together with `podIP`; a running pod without an IP stays `Pending`.
     pub fn mirror(&self, pod: &Value) -> Value {
         let phase = match pod_phase(pod) {
-            RUNNING if pod_ip(pod).is_none() => PENDING,
-            phase @ (PENDING | RUNNING | SUCCEEDED | FAILED) => phase,
-            _ => UNKNOWN,
+            Phase::Running if pod_ip(pod).is_none() => Phase::Pending,
+            phase => phase,
         };
         self.build(phase, Some(pod), None)
     }
 
     /// `Pending` right after the pod was created.
     pub fn created(&self) -> Value {
-        self.build(PENDING, None, None)
+        self.build(Phase::Pending, None, None)
     }
 
     /// A terminal status with the failure's reason and message (phase `Failed`).
     pub fn failed(&self, pod: Option<&Value>, failure: &Failure) -> Value {
-        self.build(FAILED, pod, Some(failure))
+        self.build(Phase::Failed, pod, Some(failure))
     }
 
     /// `Succeeded`, for a pod that completed.
     pub fn succeeded(&self, pod: &Value) -> Value {
-        self.build(SUCCEEDED, Some(pod), None)
+        self.build(Phase::Succeeded, Some(pod), None)
     }
 
-    fn build(&self, phase: &str, pod: Option<&Value>, failure: Option<&Failure>) -> Value {
-        let mut status = Map::new();
-        status.insert("phase".into(), json!(phase));
+    fn build(&self, phase: Phase, pod: Option<&Value>, failure: Option<&Failure>) -> Value {
         let pod_fields = match pod {
             Some(pod) => {
                 let mut fields = Map::new();
@@ -300,27 +301,34 @@ impl<'a> StatusBuilder<'a> {
                 .collect(),
         };
         // Running is never published without podIP.
-        if phase == RUNNING && !pod_fields.contains_key("podIP") {
-            status.insert("phase".into(), json!(PENDING));
-        }
+        let phase = if phase == Phase::Running && !pod_fields.contains_key("podIP") {
+            Phase::Pending
+        } else {
+            phase
+        };
+        let mut status = Map::new();
+        status.insert(Phase::FIELD.into(), json!(phase.as_str()));
         status.extend(pod_fields);
         if let Some(failure) = failure {
             status.insert("reason".into(), json!(failure.reason));
             status.insert("message".into(), json!(failure.message));
         }
-        let phase = status["phase"].as_str().unwrap_or(PENDING).to_string();
         status.insert(
             "conditions".into(),
-            json!([self.ready_condition(&phase, failure)]),
+            json!([self.ready_condition(phase, failure)]),
         );
         Value::Object(status)
     }
 
     /// The `Ready` condition; its `lastTransitionTime` moves only when status or reason change,
     /// so repeated reconciles produce identical statuses (no write loops).
-    fn ready_condition(&self, phase: &str, failure: Option<&Failure>) -> Value {
-        let ready = if phase == RUNNING { "True" } else { "False" };
-        let reason = failure.map_or(phase, |f| f.reason.as_str());
+    fn ready_condition(&self, phase: Phase, failure: Option<&Failure>) -> Value {
+        let ready = if phase == Phase::Running {
+            "True"
+        } else {
+            "False"
+        };
+        let reason = failure.map_or(phase.as_str(), |f| f.reason.as_str());
         let previous = self
             .current
             .get("conditions")
@@ -370,10 +378,9 @@ pub fn ready_since(status: &Value) -> Option<Timestamp> {
 /// field manager (a Go browser-controller's merge patches), an apply without them leaves
 /// them in place, and counting them would write again on every reconcile.
 pub fn needs_write(current: &Value, desired: &Value) -> bool {
-    let both_pending = current.get("phase").and_then(Value::as_str) == Some(PENDING)
-        && desired.get("phase").and_then(Value::as_str) == Some(PENDING);
-    if both_pending {
-        ["phase", "podIP", "reason", "message"]
+    let pending = |s: &Value| BrowserStatus::new(s).phase() == Some(Phase::Pending);
+    if pending(current) && pending(desired) {
+        [Phase::FIELD, "podIP", "reason", "message"]
             .iter()
             .any(|k| current.get(*k) != desired.get(*k))
     } else {

@@ -11,10 +11,9 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet};
 use prometheus_client::metrics::MetricType;
 
+use crate::api::browser::Phase;
 use crate::config::lookup;
 use crate::controller::cached::CachedBrowser;
-use crate::lifecycle::status;
-use crate::pod::names;
 use crate::prepull::progress;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
@@ -36,29 +35,15 @@ struct ConfigLabels {
     browserconfig: String,
 }
 
-/// A label value taken from a Browser's spec: the value when it is a valid label value
-/// (the CRD requires it), else empty, so that no odd input makes an unbounded label.
-fn spec_label(value: Option<&str>) -> String {
-    value
-        .filter(|v| names::check_label_value(v).is_ok())
-        .unwrap_or_default()
-        .to_string()
-}
-
 /// The `phase` label: the Browser's phase, `None` before the operator wrote one, `Unknown`
 /// for anything outside the documented phases.
 fn phase_label(browser: &CachedBrowser) -> String {
-    match browser.phase() {
-        None => "None".into(),
-        Some(
-            phase @ (status::PENDING
-            | status::RUNNING
-            | status::SUCCEEDED
-            | status::FAILED
-            | status::UNKNOWN),
-        ) => phase.into(),
-        Some(_) => status::UNKNOWN.into(),
-    }
+    browser
+        .phase()
+        .map_or("None", |p| {
+            Phase::parse(p).unwrap_or(Phase::Unknown).as_str()
+        })
+        .into()
 }
 
 /// Browsers by namespace, browser, version and phase.
@@ -69,8 +54,10 @@ fn browser_counts<'a>(
     for browser in browsers {
         let labels = BrowserLabels {
             namespace: browser.metadata.namespace.clone().unwrap_or_default(),
-            browser: spec_label(browser.browser_name()),
-            version: spec_label(browser.browser_version()),
+            // Empty when not valid (the CRD requires a label value): no odd input makes an
+            // unbounded label.
+            browser: browser.browser_name().unwrap_or_default().into(),
+            version: browser.browser_version().unwrap_or_default().into(),
             phase: phase_label(browser),
         };
         *counts.entry(labels).or_insert(0) += 1;

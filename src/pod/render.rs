@@ -5,6 +5,7 @@
 use kube::api::DynamicObject;
 use serde_json::{Map, Value};
 
+use crate::api::browser::{Browser, SpecField};
 use crate::api::keys::{
     ANNOTATION_OPTIONS, BROWSER_CONTAINER, BROWSER_KIND, LABEL_BROWSER, LABEL_BROWSER_NAME,
     LABEL_BROWSER_VERSION, LABEL_MANAGED_BY, MANAGER,
@@ -101,8 +102,8 @@ pub fn render_pod(input: &RenderInput) -> Result<Value, RenderError> {
         .as_deref()
         .filter(|n| !n.is_empty())
         .ok_or(RenderError::MissingName)?;
-    let browser_name = spec_string(browser, name, "browserName")?;
-    let browser_version = spec_string(browser, name, "browserVersion")?;
+    let browser_name = spec_string(browser, name, SpecField::BrowserName)?;
+    let browser_version = spec_string(browser, name, SpecField::BrowserVersion)?;
     let entry = Entry {
         value: input.entry,
         browser_name,
@@ -175,17 +176,15 @@ pub fn render_pod(input: &RenderInput) -> Result<Value, RenderError> {
 fn spec_string<'a>(
     browser: &'a DynamicObject,
     name: &str,
-    field: &'static str,
+    field: SpecField,
 ) -> Result<&'a str, RenderError> {
-    browser
-        .data
-        .get("spec")
-        .and_then(|spec| spec.get(field))
-        .and_then(Value::as_str)
+    Browser::new(browser)
+        .fields()
+        .as_written(field)
         .filter(|s| !s.is_empty())
         .ok_or_else(|| RenderError::MissingSpecField {
             browser: name.to_string(),
-            field,
+            field: field.as_str(),
         })
 }
 
