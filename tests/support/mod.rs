@@ -6,6 +6,7 @@
 pub mod apiserver;
 pub mod controlplane;
 pub mod crd_history;
+pub mod env;
 pub mod host;
 pub mod kinds;
 pub mod kubelet;
