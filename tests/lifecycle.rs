@@ -1,7 +1,7 @@
 //! Lifecycle scenarios (docs/behaviour.md, "Lifecycle") that only the in-process API server
 //! double can set up or observe: injected faults, dropped watches, the operator's own write
 //! metrics, and the requests the server saw. The operator runs in the test process. Everything
-//! a real API server can show is in the shared end-to-end suite, `tests/e2e.rs`.
+//! a real API server can show is in the shared end-to-end suite, `tests/e2e/`.
 
 mod support;
 
@@ -78,7 +78,7 @@ impl Env {
 }
 
 /// The write budget of a normal session, from the operator's own metrics (the suite in
-/// `tests/e2e.rs` covers what the session looks like from outside).
+/// `tests/e2e/` covers what the session looks like from outside).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_normal_session_costs_at_most_8_writes() {
     let env = Env::start(&[]).await;

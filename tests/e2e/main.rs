@@ -18,6 +18,7 @@
 //! A `harness = false` test: `cargo test --test e2e -- NAME` runs the scenarios whose name
 //! contains NAME; `--list` lists them; `E2E_JOBS` (default 4) scenarios run at once.
 
+#[path = "../support/mod.rs"]
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
