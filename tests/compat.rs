@@ -4,32 +4,19 @@
 
 mod support;
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use clap::Parser;
-use futures::StreamExt;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::Client;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions};
 use kube::core::ApiResource;
-use kube::runtime::watcher;
 use serde_json::{Value, json};
-use tokio::sync::oneshot;
 
 use browser_controller::api::crd::{self, Layout};
 use browser_controller::api::keys;
-use browser_controller::cli::Cli;
-use browser_controller::metrics::Metrics;
-use browser_controller::operator;
-use support::apiserver::ApiServer;
-use support::host;
-use support::kinds::{browser_resource, config_resource, pod_resource};
-use support::kubelet::{Kubelet, KubeletHandle, Script};
+use support::env::{Env, NS, chrome_spec, is_running, new_browser};
+use support::kinds::{browser_resource, pod_resource};
 use support::upstream;
 
-const NS: &str = "sessions";
-const WAIT: Duration = Duration::from_secs(20);
 /// Field manager of the Go browser-controller's writes in these scenarios.
 const GO_MANAGER: &str = "browser-controller-go";
 /// Node of the pods the Go controller started; the simulated kubelet runs `node-1` and
@@ -50,39 +37,7 @@ fn go_patch() -> PatchParams {
     }
 }
 
-/// An API server double with CRDs installed, a kubelet, and (once started) the operator.
-struct Env {
-    server: ApiServer,
-    client: Client,
-    _kubelet: KubeletHandle,
-    stop: Option<oneshot::Sender<()>>,
-    operator: Option<tokio::task::JoinHandle<()>>,
-    statuses: Arc<Mutex<Vec<Value>>>,
-}
-
 impl Env {
-    fn new(layouts: &[Layout]) -> Env {
-        let crds: Vec<Value> = layouts.iter().flat_map(|l| crd::crds(*l)).collect();
-        Env::with_crds(&crds)
-    }
-
-    fn with_crds(crds: &[Value]) -> Env {
-        let server = ApiServer::new();
-        for crd in crds {
-            server.install_crd(crd).expect("CRD installs");
-        }
-        let client = server.client();
-        let kubelet = Kubelet::start(client.clone(), "node-1", Script::Run);
-        Env {
-            server,
-            client,
-            _kubelet: kubelet,
-            stop: None,
-            operator: None,
-            statuses: Arc::new(Mutex::new(Vec::new())),
-        }
-    }
-
     /// Replaces the installed CRDs with `crds` through the API, as `kubectl replace -f`
     /// does, leaving the stored objects in place.
     async fn replace_crds(&self, crds: Vec<Value>) {
@@ -97,67 +52,6 @@ impl Env {
                 .await
                 .expect("the new CRD replaces the old one");
         }
-    }
-
-    fn start_operator(&mut self, flags: &[&str]) {
-        let mut argv = vec![
-            "browser-controller",
-            "--metrics-addr=0",
-            "--health-probe-bind-address=0",
-        ];
-        argv.extend_from_slice(flags);
-        let args = Cli::try_parse_from(argv).expect("flags parse").run;
-        let (tx, rx) = oneshot::channel::<()>();
-        let client = self.client.clone();
-        self.stop = Some(tx);
-        self.operator = Some(tokio::spawn(async move {
-            let stop = async move {
-                let _ = rx.await;
-            };
-            operator::run_with_client(client, args, Arc::new(Metrics::new()), stop)
-                .await
-                .expect("operator runs");
-        }));
-    }
-
-    async fn stop_operator(&mut self) {
-        if let Some(tx) = self.stop.take() {
-            let _ = tx.send(());
-        }
-        if let Some(handle) = self.operator.take() {
-            tokio::time::timeout(WAIT, handle)
-                .await
-                .expect("operator stops in time")
-                .expect("operator task ends cleanly");
-        }
-    }
-
-    /// Every Browser status a watcher of `layout` sees, in order.
-    fn record_statuses(&self, layout: Layout) {
-        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &browser_resource(layout));
-        let statuses = self.statuses.clone();
-        tokio::spawn(async move {
-            let mut stream = watcher(api, watcher::Config::default()).boxed();
-            while let Some(Ok(event)) = stream.next().await {
-                if let watcher::Event::Apply(obj) | watcher::Event::InitApply(obj) = event
-                    && let Some(status) = obj.data.get("status")
-                {
-                    let mut seen = status.clone();
-                    seen["name"] = json!(obj.metadata.name);
-                    statuses.lock().unwrap().push(seen);
-                }
-            }
-        });
-    }
-
-    fn seen(&self, name: &str) -> Vec<Value> {
-        self.statuses
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|s| s["name"] == name)
-            .cloned()
-            .collect()
     }
 
     /// Plays the kubelet of the Go-era node: a pod marked for deletion goes once its
@@ -187,66 +81,6 @@ impl Env {
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         });
-    }
-
-    fn browsers(&self, layout: Layout) -> Api<DynamicObject> {
-        Api::namespaced_with(self.client.clone(), NS, &browser_resource(layout))
-    }
-
-    fn pods(&self) -> Api<DynamicObject> {
-        Api::namespaced_with(self.client.clone(), NS, &pod_resource())
-    }
-
-    fn browser(&self, name: &str) -> Option<Value> {
-        self.server.get("browsers", NS, name)
-    }
-
-    fn pod(&self, name: &str) -> Option<Value> {
-        self.server.get("pods", NS, name)
-    }
-
-    async fn until(&self, what: &str, check: impl Fn(&Env) -> bool) {
-        host::until_async(
-            what,
-            WAIT,
-            || check(self),
-            || {
-                format!(
-                    "browsers: {:#?}; pods: {:#?}",
-                    self.server.list("browsers", NS),
-                    self.server.list("pods", NS)
-                )
-            },
-        )
-        .await;
-    }
-
-    async fn create_config(&self, layout: Layout, name: &str, spec: Value) {
-        let ar = config_resource(layout);
-        let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), NS, &ar);
-        let obj: DynamicObject = serde_json::from_value(json!({
-            "apiVersion": ar.api_version, "kind": "BrowserConfig",
-            "metadata": {"name": name, "namespace": NS},
-            "spec": spec,
-        }))
-        .unwrap();
-        api.create(&PostParams::default(), &obj)
-            .await
-            .expect("config created");
-    }
-
-    async fn create_browser(&self, layout: Layout, name: &str, spec: Value) {
-        let ar = browser_resource(layout);
-        let obj: DynamicObject = serde_json::from_value(json!({
-            "apiVersion": ar.api_version, "kind": "Browser",
-            "metadata": {"name": name, "namespace": NS},
-            "spec": spec,
-        }))
-        .unwrap();
-        self.browsers(layout)
-            .create(&PostParams::default(), &obj)
-            .await
-            .expect("browser created");
     }
 
     /// Pod writes by the operator that would make a pod: a create, or a server-side apply
@@ -284,7 +118,7 @@ impl Env {
         }))
         .unwrap();
         let browser = self
-            .browsers(layout)
+            .browsers_in(layout)
             .create(&go_post(), &browser)
             .await
             .expect("Go-era Browser created");
@@ -295,7 +129,7 @@ impl Env {
                 "state": {"running": {"startedAt": started}},
                 "ports": [{"containerPort": port, "protocol": "TCP"}]})
         };
-        self.browsers(layout)
+        self.browsers_in(layout)
             .patch_status(
                 name,
                 &go_patch(),
@@ -393,10 +227,12 @@ async fn take_over_a_running_go_session(
     installed: Installed,
 ) {
     let mut env = match &installed {
-        Installed::Ours => Env::new(&[layout]),
-        Installed::HelmChartThenOurs(crds) => Env::with_crds(crds),
+        Installed::Ours => Env::builder().layout(layout).build(),
+        Installed::HelmChartThenOurs(crds) => {
+            Env::builder().layout(layout).crds(crds.clone()).build()
+        }
     };
-    env.record_statuses(layout);
+    env.record_browser_events();
     env.confirm_go_pod_deletions();
     let pod_uid = env
         .go_session(layout, "go1", owner_api_version, "10.9.0.7")
@@ -474,7 +310,7 @@ async fn take_over_a_running_go_session(
         e.browser("go1").is_none() && e.pod("go1").is_none()
     })
     .await;
-    let seen = env.seen("go1");
+    let seen = env.seen_statuses("go1");
     let failed: Vec<&Value> = seen.iter().filter(|s| s["phase"] == "Failed").collect();
     assert!(!failed.is_empty(), "{seen:#?}");
     assert!(
@@ -520,11 +356,11 @@ async fn a_go_era_session_survives_replacing_the_helm_chart_crds_with_ours() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_go_era_browser_already_failed_is_completed() {
-    let mut env = Env::new(&[Layout::Default]);
+    let mut env = Env::builder().build();
     env.confirm_go_pod_deletions();
     env.go_session(Layout::Default, "gofail", "selenosis.io/v1", "10.9.0.8")
         .await;
-    env.browsers(Layout::Default)
+    env.browsers()
         .patch_status(
             "gofail",
             &go_patch(),
@@ -546,11 +382,11 @@ async fn a_go_era_browser_already_failed_is_completed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_go_era_browser_being_deleted_is_completed_once_its_pod_is_gone() {
-    let mut env = Env::new(&[Layout::Default]);
+    let mut env = Env::builder().build();
     env.confirm_go_pod_deletions();
     env.go_session(Layout::Default, "godel", "selenosis.io/v1", "10.9.0.9")
         .await;
-    env.browsers(Layout::Default)
+    env.browsers()
         .delete("godel", &DeleteParams::default())
         .await
         .unwrap();
@@ -569,35 +405,25 @@ async fn a_go_era_browser_being_deleted_is_completed_once_its_pod_is_gone() {
     env.stop_operator().await;
 }
 
-fn chrome_spec() -> Value {
-    json!({
-        "template": {
-            "sidecars": [{"name": "seleniferous", "image": "alcounit/seleniferous:v2", "ports": [{"containerPort": 4445}]}],
-            "ports": [{"containerPort": 4444}],
-        },
-        "browsers": {"chrome": {"139.0": {"image": "selenium/standalone-chrome:139.0"}}}
-    })
-}
-
-fn running(b: Option<Value>) -> bool {
-    b.is_some_and(|b| b["status"]["phase"] == "Running")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_both_layouts_installed_the_default_is_selenosis_io_and_flags_pin_the_split_groups() {
-    let mut env = Env::new(&[Layout::Default, Layout::SplitGroups]);
-    env.create_config(Layout::Default, "chrome", chrome_spec())
+    let mut env = Env::builder()
+        .crds(
+            [Layout::Default, Layout::SplitGroups]
+                .iter()
+                .flat_map(|l| crd::crds(*l))
+                .collect(),
+        )
+        .build();
+    env.create_config("chrome", chrome_spec()).await;
+    env.create_config_in(Layout::SplitGroups, "chrome", chrome_spec())
         .await;
-    env.create_config(Layout::SplitGroups, "chrome", chrome_spec())
-        .await;
-    let chrome = json!({"browserName": "chrome", "browserVersion": "139.0"});
-    env.create_browser(Layout::SplitGroups, "split", chrome.clone())
+    env.create_browser(new_browser("split").layout(Layout::SplitGroups))
         .await;
     env.start_operator(&[]);
-    env.create_browser(Layout::Default, "default", chrome.clone())
-        .await;
+    env.create_browser(new_browser("default")).await;
     env.until("the selenosis.io Browser to run", |e| {
-        running(e.server.get("browsers.selenosis.io", NS, "default"))
+        is_running(&e.server.get("browsers.selenosis.io", NS, "default"))
     })
     .await;
     let split = env
@@ -616,7 +442,7 @@ async fn with_both_layouts_installed_the_default_is_selenosis_io_and_flags_pin_t
         "--browserconfig-api-group=browserconfig.selenosis.io",
     ]);
     env.until("the split-group Browser to run", |e| {
-        running(e.server.get("browsers.browser.selenosis.io", NS, "split"))
+        is_running(&e.server.get("browsers.browser.selenosis.io", NS, "split"))
     })
     .await;
     let pod = env.pod("split").unwrap();
@@ -629,14 +455,11 @@ async fn with_both_layouts_installed_the_default_is_selenosis_io_and_flags_pin_t
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn objects_from_other_clients_reconcile_or_fail_clearly_without_blocking_the_queue() {
-    let mut env = Env::new(&[Layout::Default]);
-    env.record_statuses(Layout::Default);
+    let mut env = Env::builder().build();
+    env.record_browser_events();
     // An empty config, and one with empty maps, nulls and fields this version does not know.
-    env.create_config(Layout::Default, "empty", json!({"browsers": {}}))
-        .await;
-    env.create_config(
-        Layout::Default,
-        "chrome",
+    env.create_config("empty", json!({"browsers": {}})).await;
+    env.create_config("chrome",
         json!({
             "futureField": {"x": 1},
             "template": {"labels": {}, "annotations": null, "env": null,
@@ -647,19 +470,15 @@ async fn objects_from_other_clients_reconcile_or_fail_clearly_without_blocking_t
     .await;
     env.start_operator(&[]);
     env.create_browser(
-        Layout::Default,
-        "numeric",
-        json!({"browserName": "chrome", "browserVersion": 120}),
+        new_browser("numeric").spec(json!({"browserName": "chrome", "browserVersion": 120})),
     )
     .await;
-    env.create_browser(
-        Layout::Default,
-        "extra",
+    env.create_browser(new_browser("extra").spec(
         json!({"browserName": "chrome", "browserVersion": "139.0", "futureSpecField": [1, 2]}),
-    )
+    ))
     .await;
     env.until("the Browser with extra fields to run", |e| {
-        running(e.browser("extra"))
+        is_running(&e.browser("extra"))
     })
     .await;
     env.until("the numeric-version Browser to be gone", |e| {
@@ -667,7 +486,7 @@ async fn objects_from_other_clients_reconcile_or_fail_clearly_without_blocking_t
     })
     .await;
     let failed = env
-        .seen("numeric")
+        .seen_statuses("numeric")
         .into_iter()
         .find(|s| s["phase"] == "Failed")
         .expect("a Failed status was published");

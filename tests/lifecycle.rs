@@ -1,235 +1,28 @@
 //! Lifecycle scenarios (docs/behaviour.md, "Lifecycle") that only the in-process API server
 //! double can set up or observe: injected faults, dropped watches, the operator's own write
 //! metrics, and the requests the server saw. The operator runs in the test process. Everything
-//! a real API server can show is in the shared end-to-end suite, `tests/e2e.rs`.
+//! a real API server can show is in the shared end-to-end suite, `tests/e2e/`.
 
 mod support;
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use clap::Parser;
-use futures::StreamExt;
-use kube::Client;
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
-use kube::runtime::watcher;
+use kube::api::{DeleteParams, Patch, PatchParams};
 use serde_json::{Value, json};
-use tokio::sync::oneshot;
 
-use browser_controller::api::crd::{self, Layout};
-use browser_controller::cli::Cli;
-use browser_controller::metrics::Metrics;
-use browser_controller::operator;
 use support::apiserver::{ApiServer, Fault};
+use support::env::{Env, NS, NewBrowser, chrome_spec, condition, is_running, new_browser};
 use support::host;
-use support::kinds::{browser_resource, config_resource};
-use support::kubelet::{Kubelet, KubeletHandle, Script};
+use support::kubelet::Script;
 
-const NS: &str = "sessions";
-const WAIT: Duration = Duration::from_secs(20);
-
-/// One running operator against one API server double, with a kubelet.
-struct Env {
-    server: ApiServer,
-    client: Client,
-    layout: Layout,
-    metrics: Arc<Metrics>,
-    kubelet: KubeletHandle,
-    stop: Option<oneshot::Sender<()>>,
-    operator: Option<tokio::task::JoinHandle<()>>,
-    events: Arc<Mutex<Vec<Value>>>,
-}
-
-async fn start(flags: &[&str]) -> Env {
-    start_with(Layout::Default, Script::Run, flags).await
-}
-
-async fn start_with(layout: Layout, script: Script, flags: &[&str]) -> Env {
-    start_on(ApiServer::new(), layout, script, flags).await
-}
-
-/// Like [`start_with`], on a server the test prepared (an older cluster, say).
-async fn start_on(server: ApiServer, layout: Layout, script: Script, flags: &[&str]) -> Env {
-    for crd in crd::crds(layout) {
-        server.install_crd(&crd).expect("CRD installs");
-    }
-    let client = server.client();
-    let kubelet = Kubelet::start(client.clone(), "node-1", script);
-    let mut env = Env {
-        server,
-        client,
-        layout,
-        metrics: Arc::new(Metrics::new()),
-        kubelet,
-        stop: None,
-        operator: None,
-        events: Arc::new(Mutex::new(Vec::new())),
-    };
-    env.record_browser_events();
-    env.start_operator(flags);
-    env
+/// A Browser as the hub makes it: labelled with its owner.
+fn hub_browser(name: &str) -> NewBrowser {
+    new_browser(name)
+        .labels(json!({"selenosis.io/owner": "hub"}))
+        .annotations(json!({}))
 }
 
 impl Env {
-    fn start_operator(&mut self, flags: &[&str]) {
-        let mut argv = vec![
-            "browser-controller",
-            "--metrics-addr=0",
-            "--health-probe-bind-address=0",
-        ];
-        argv.extend_from_slice(flags);
-        let args = Cli::try_parse_from(argv).expect("flags parse").run;
-        let (tx, rx) = oneshot::channel::<()>();
-        let client = self.client.clone();
-        let metrics = self.metrics.clone();
-        self.stop = Some(tx);
-        self.operator = Some(tokio::spawn(async move {
-            let stop = async move {
-                let _ = rx.await;
-            };
-            operator::run_with_client(client, args, metrics, stop)
-                .await
-                .expect("operator runs");
-        }));
-    }
-
-    /// Every watch event of Browsers, as a client (the hub, `kubectl get -w`) sees them.
-    fn record_browser_events(&self) {
-        let api: Api<DynamicObject> =
-            Api::all_with(self.client.clone(), &browser_resource(self.layout));
-        let events = self.events.clone();
-        tokio::spawn(async move {
-            let mut stream = watcher(api, watcher::Config::default()).boxed();
-            while let Some(Ok(event)) = stream.next().await {
-                if let watcher::Event::Apply(obj) | watcher::Event::InitApply(obj) = event
-                    && let Ok(v) = serde_json::to_value(&obj)
-                {
-                    events.lock().unwrap().push(v);
-                }
-            }
-        });
-    }
-
-    fn client_pods(&self) -> Api<DynamicObject> {
-        Api::namespaced_with(self.client.clone(), NS, &support::kinds::pod_resource())
-    }
-
-    fn browsers(&self) -> Api<DynamicObject> {
-        Api::namespaced_with(self.client.clone(), NS, &browser_resource(self.layout))
-    }
-
-    async fn create_config(&self, name: &str, spec: Value) {
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(self.client.clone(), NS, &config_resource(self.layout));
-        let ar = config_resource(self.layout);
-        let obj: DynamicObject = serde_json::from_value(json!({
-            "apiVersion": ar.api_version, "kind": "BrowserConfig",
-            "metadata": {"name": name, "namespace": NS},
-            "spec": spec,
-        }))
-        .unwrap();
-        api.create(&PostParams::default(), &obj)
-            .await
-            .expect("config created");
-    }
-
-    async fn chrome_config(&self) {
-        self.create_config("chrome", chrome_spec()).await;
-    }
-
-    async fn create_browser(&self, name: &str, annotations: Value) {
-        let ar = browser_resource(self.layout);
-        let obj: DynamicObject = serde_json::from_value(json!({
-            "apiVersion": ar.api_version, "kind": "Browser",
-            "metadata": {"name": name, "namespace": NS, "labels": {"selenosis.io/owner": "hub"}, "annotations": annotations},
-            "spec": {"browserName": "chrome", "browserVersion": "139.0"},
-        }))
-        .unwrap();
-        self.browsers()
-            .create(&PostParams::default(), &obj)
-            .await
-            .expect("browser created");
-    }
-
-    fn browser(&self, name: &str) -> Option<Value> {
-        self.server.get("browsers", NS, name)
-    }
-
-    fn pod(&self, name: &str) -> Option<Value> {
-        self.server.get("pods", NS, name)
-    }
-
-    /// Waits until BrowserConfig `name` carries a condition of type `kind`.
-    async fn until_config_condition(&self, name: &str, kind: &str) {
-        self.until(&format!("the {kind} condition of {name}"), |e| {
-            e.server
-                .get("browserconfigs", NS, name)
-                .and_then(|c| c["status"]["conditions"].as_array().cloned())
-                .is_some_and(|cs| condition(&cs, kind).is_some())
-        })
-        .await;
-    }
-
-    /// Reasons of the Events about object `name`, sorted.
-    fn event_reasons(&self, name: &str) -> Vec<String> {
-        let mut reasons: Vec<String> = self
-            .server
-            .list("events.events.k8s.io", NS)
-            .iter()
-            .filter(|e| e["regarding"]["name"] == name)
-            .filter_map(|e| e["reason"].as_str().map(String::from))
-            .collect();
-        reasons.sort();
-        reasons
-    }
-
-    /// Waits until `check` holds, polling the server state.
-    async fn until(&self, what: &str, check: impl Fn(&Env) -> bool) {
-        host::until_async(
-            what,
-            WAIT,
-            || check(self),
-            || {
-                format!(
-                    "browsers: {:#?}; pods: {:#?}",
-                    self.server.list("browsers", NS),
-                    self.server.list("pods", NS)
-                )
-            },
-        )
-        .await;
-    }
-
-    async fn until_gone(&self, name: &str) {
-        self.until(&format!("{name} and its pod to be gone"), |e| {
-            e.browser(name).is_none() && e.pod(name).is_none()
-        })
-        .await;
-    }
-
-    /// The statuses a watcher saw for `name`, in order.
-    fn seen_statuses(&self, name: &str) -> Vec<Value> {
-        self.events
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|o| o["metadata"]["name"] == name)
-            .filter_map(|o| o.get("status").cloned())
-            .collect()
-    }
-
-    /// The first failed status a watcher saw for `name`.
-    async fn failure_of(&self, name: &str) -> Value {
-        self.until(&format!("{name} to fail"), |e| {
-            e.seen_statuses(name).iter().any(|s| s["phase"] == "Failed")
-        })
-        .await;
-        self.seen_statuses(name)
-            .into_iter()
-            .find(|s| s["phase"] == "Failed")
-            .unwrap()
-    }
-
     /// API writes the operator issued to Browsers and Pods (its own metrics).
     fn operator_writes(&self) -> u64 {
         let text = self.metrics.encode().unwrap();
@@ -284,26 +77,11 @@ impl Env {
     }
 }
 
-fn chrome_spec() -> Value {
-    json!({
-        "template": {
-            "sidecars": [{"name": "seleniferous", "image": "alcounit/seleniferous:v2", "ports": [{"containerPort": 4445}]}],
-            "ports": [{"containerPort": 4444}],
-        },
-        "browsers": {"chrome": {"139.0": {"image": "selenium/standalone-chrome:139.0"}}}
-    })
-}
-
-fn is_running(b: &Option<Value>) -> bool {
-    b.as_ref()
-        .is_some_and(|b| b["status"]["phase"] == "Running")
-}
-
 /// The write budget of a normal session, from the operator's own metrics (the suite in
-/// `tests/e2e.rs` covers what the session looks like from outside).
+/// `tests/e2e/` covers what the session looks like from outside).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_normal_session_costs_at_most_8_writes() {
-    let env = start(&[]).await;
+    let env = Env::start(&[]).await;
     env.chrome_config().await;
     env.kubelet.set(
         "s1",
@@ -313,7 +91,7 @@ async fn a_normal_session_costs_at_most_8_writes() {
             after: Duration::from_millis(300),
         },
     );
-    env.create_browser("s1", json!({})).await;
+    env.create_browser(hub_browser("s1")).await;
     env.until("s1 running", |e| is_running(&e.browser("s1")))
         .await;
     let failure = env.failure_of("s1").await;
@@ -331,7 +109,7 @@ async fn a_normal_session_costs_at_most_8_writes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn transient_create_errors_are_retried() {
-    let env = start(&[]).await;
+    let env = Env::start(&[]).await;
     env.chrome_config().await;
     env.server.inject(
         Fault::new(
@@ -344,7 +122,7 @@ async fn transient_create_errors_are_retried() {
         .object(NS, "r1")
         .times(2),
     );
-    env.create_browser("r1", json!({})).await;
+    env.create_browser(hub_browser("r1")).await;
     env.until("r1 running after retries", |e| is_running(&e.browser("r1")))
         .await;
     assert!(
@@ -356,32 +134,31 @@ async fn transient_create_errors_are_retried() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleting_a_config_does_not_disturb_sessions_that_have_their_pod() {
-    let env = start(&[]).await;
+    let env = Env::start(&[]).await;
     env.chrome_config().await;
-    env.create_browser("keep", json!({})).await;
+    env.create_browser(hub_browser("keep")).await;
     env.until("running", |e| is_running(&e.browser("keep")))
         .await;
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(env.client.clone(), NS, &config_resource(env.layout));
-    api.delete("chrome", &DeleteParams::default())
+    env.configs()
+        .delete("chrome", &DeleteParams::default())
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(is_running(&env.browser("keep")));
     // A new Browser now finds no config.
-    env.create_browser("late", json!({})).await;
+    env.create_browser(hub_browser("late")).await;
     assert_eq!(env.failure_of("late").await["reason"], "ConfigNotFound");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropped_watches_are_resumed_and_sessions_still_run() {
-    let env = start(&[]).await;
+    let env = Env::start(&[]).await;
     env.chrome_config().await;
-    env.create_browser("w1", json!({})).await;
+    env.create_browser(hub_browser("w1")).await;
     env.until("w1 running", |e| is_running(&e.browser("w1")))
         .await;
     env.server.drop_watches();
-    env.create_browser("w2", json!({})).await;
+    env.create_browser(hub_browser("w2")).await;
     env.until("w2 running after the watches were dropped", |e| {
         is_running(&e.browser("w2"))
     })
@@ -391,7 +168,7 @@ async fn dropped_watches_are_resumed_and_sessions_still_run() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_valid_config_reports_valid_and_ready_with_its_generation() {
-    let env = start(&[]).await;
+    let env = Env::start(&[]).await;
     env.chrome_config().await;
     env.until("config status", |e| {
         e.server
@@ -426,7 +203,7 @@ async fn a_valid_config_reports_valid_and_ready_with_its_generation() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_quota_refusing_the_dry_run_leaves_validity_unknown_with_one_event_and_backoff() {
-    let env = start(&[]).await;
+    let env = Env::start(&[]).await;
     // A ResourceQuota of `pods: 0`: admission forbids even a dry-run create.
     let quota = "exceeded quota: zero, requested: pods=1, used: pods=0, limited: pods=0";
     env.server.inject(Fault::new(
@@ -476,7 +253,7 @@ async fn a_quota_refusing_the_dry_run_leaves_validity_unknown_with_one_event_and
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_younger_config_defining_the_same_entry_reports_a_conflict_naming_the_winner() {
-    let env = start(&[]).await;
+    let env = Env::start(&[]).await;
     env.chrome_config().await;
     // Creation timestamps have second resolution: make the second config clearly younger.
     tokio::time::sleep(Duration::from_millis(1100)).await;
@@ -594,15 +371,11 @@ impl Env {
     }
 
     async fn run_s1(&self) -> Value {
-        self.create_browser("s1", json!({})).await;
+        self.create_browser(hub_browser("s1")).await;
         self.until("s1 running", |e| is_running(&e.browser("s1")))
             .await;
         self.pod("s1").unwrap()
     }
-}
-
-fn condition<'a>(conditions: &'a [Value], kind: &str) -> Option<&'a Value> {
-    conditions.iter().find(|c| c["type"] == kind)
 }
 
 /// The pod lacks both newer fields and keeps everything else of the entry.
@@ -647,7 +420,7 @@ async fn assert_reported(env: &Env) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_an_older_cluster_fields_it_lacks_are_removed_and_reported() {
-    let env = start_on(older_cluster(), Layout::Default, Script::Run, &[]).await;
+    let env = Env::builder().server(older_cluster()).start(&[]).await;
     let pod = env.run_sidecar_browser().await;
     assert_pruned(&pod);
     assert_reported(&env).await;
@@ -664,7 +437,7 @@ async fn on_an_older_cluster_fields_it_lacks_are_removed_and_reported() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_current_cluster_nothing_is_removed_or_reported() {
-    let env = start_on(current_cluster(), Layout::Default, Script::Run, &[]).await;
+    let env = Env::builder().server(current_cluster()).start(&[]).await;
     let pod = env.run_sidecar_browser().await;
     assert_eq!(pod["spec"]["initContainers"][0]["restartPolicy"], "Always");
     assert_eq!(
@@ -684,7 +457,7 @@ async fn on_a_current_cluster_nothing_is_removed_or_reported() {
 async fn without_openapi_v3_the_v2_document_is_used() {
     let server = older_cluster();
     server.serve_openapi(false, true);
-    let env = start_on(server, Layout::Default, Script::Run, &[]).await;
+    let env = Env::builder().server(server).start(&[]).await;
     let pod = env.run_sidecar_browser().await;
     assert_pruned(&pod);
     assert_reported(&env).await;
@@ -701,7 +474,7 @@ async fn without_any_schema_the_operator_runs_and_applies_pods_unpruned() {
     let server = ApiServer::new();
     server.remove_schema_field(CONTAINER, "restartPolicy");
     server.serve_openapi(false, false);
-    let env = start_on(server, Layout::Default, Script::Run, &[]).await;
+    let env = Env::builder().server(server).start(&[]).await;
     let pod = env.run_sidecar_browser().await;
     assert_eq!(pod["spec"]["initContainers"][0]["restartPolicy"], "Always");
     let conditions = env.judged_conditions("sidecars").await;
@@ -713,7 +486,7 @@ async fn without_any_schema_the_operator_runs_and_applies_pods_unpruned() {
 async fn a_rejection_after_the_schema_changed_refetches_it_and_the_browser_still_runs() {
     let server = current_cluster();
     server.check_pod_fields(422);
-    let env = start_on(server, Layout::Default, Script::Run, &[]).await;
+    let env = Env::builder().server(server).start(&[]).await;
     env.until("the start-up schema read", |e| {
         e.openapi_requests()
             .iter()
@@ -751,7 +524,7 @@ async fn a_rejection_after_the_schema_changed_refetches_it_and_the_browser_still
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dry_run_rejected_for_a_stale_schema_is_judged_again_with_the_new_one() {
-    let env = start_on(current_cluster(), Layout::Default, Script::Run, &[]).await;
+    let env = Env::builder().server(current_cluster()).start(&[]).await;
     env.until("the start-up schema read", |e| {
         e.openapi_requests()
             .iter()
@@ -785,7 +558,7 @@ async fn a_dry_run_rejected_for_a_stale_schema_is_judged_again_with_the_new_one(
 /// the stale Browser events arrive afterwards. Nothing of that may make a second pod.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_browser_gets_one_pod_while_its_cache_lags_through_its_failure() {
-    let env = start(&[]).await;
+    let env = Env::start(&[]).await;
     env.chrome_config().await;
     // The pod fails, so the operator force-deletes it: it is gone at once.
     env.kubelet.set("once", Script::OomKilled);
@@ -800,7 +573,7 @@ async fn a_browser_gets_one_pod_while_its_cache_lags_through_its_failure() {
         .subresource("status")
         .object(NS, "once"),
     );
-    env.create_browser("once", json!({})).await;
+    env.create_browser(hub_browser("once")).await;
     env.until("the pod", |e| e.pod("once").is_some()).await;
     env.server.hold_watches("browsers");
     env.server.clear_faults();
@@ -808,9 +581,7 @@ async fn a_browser_gets_one_pod_while_its_cache_lags_through_its_failure() {
         e.pod("once").is_none() && e.browser("once").is_none()
     })
     .await;
-    let configs: Api<DynamicObject> =
-        Api::namespaced_with(env.client.clone(), NS, &config_resource(env.layout));
-    configs
+    env.configs()
         .patch(
             "chrome",
             &PatchParams::default(),
@@ -831,9 +602,9 @@ async fn a_browser_gets_one_pod_while_its_cache_lags_through_its_failure() {
 /// for it; the pod it controlled is deleted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nothing_more_is_written_for_a_browser_the_api_answered_404_for() {
-    let env = start(&[]).await;
+    let env = Env::start(&[]).await;
     env.chrome_config().await;
-    env.create_browser("vanish", json!({})).await;
+    env.create_browser(hub_browser("vanish")).await;
     env.until("vanish running", |e| is_running(&e.browser("vanish")))
         .await;
     env.stall_browser_watch();
@@ -852,7 +623,7 @@ async fn nothing_more_is_written_for_a_browser_the_api_answered_404_for() {
         .expect("Browser deleted");
     assert!(env.browser("vanish").is_none());
     // The pod fails: a reconcile on the stale Browser wants to write the failure.
-    env.client_pods()
+    env.pods()
         .patch_status(
             "vanish",
             &PatchParams::default(),
@@ -899,9 +670,9 @@ async fn nothing_more_is_written_for_a_browser_the_api_answered_404_for() {
 /// the outage.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_an_api_outage_new_browsers_get_a_status_within_seconds() {
-    let env = start(&[]).await;
+    let env = Env::start(&[]).await;
     env.chrome_config().await;
-    env.create_browser("before", json!({})).await;
+    env.create_browser(hub_browser("before")).await;
     env.until("before running", |e| is_running(&e.browser("before")))
         .await;
     env.server.set_unavailable(true);
@@ -910,7 +681,7 @@ async fn after_an_api_outage_new_browsers_get_a_status_within_seconds() {
     let back = tokio::time::Instant::now();
     let names: Vec<String> = (0..5).map(|i| format!("after{i}")).collect();
     for name in &names {
-        env.create_browser(name, json!({})).await;
+        env.create_browser(hub_browser(name)).await;
     }
     host::until_async(
         "a status on every Browser created after the outage",
@@ -947,7 +718,7 @@ async fn after_an_api_outage_new_browsers_get_a_status_within_seconds() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_the_prepull_flag_a_config_that_asks_hears_so_and_nothing_is_pulled() {
-    let env = start(&[]).await;
+    let env = Env::start(&[]).await;
     env.create_config(
         "chrome",
         json!({
@@ -978,16 +749,6 @@ const PREPULL_SPEC: &str = r#"{
 }"#;
 
 impl Env {
-    /// Stops the operator as SIGTERM does and waits for it to end.
-    async fn stop_operator(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(operator) = self.operator.take() {
-            operator.await.expect("operator stopped");
-        }
-    }
-
     fn daemon_sets(&self) -> Vec<Value> {
         self.server.list("daemonsets.apps", NS)
     }
@@ -995,15 +756,13 @@ impl Env {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_config_deleted_while_the_operator_was_away_loses_its_daemon_sets_on_its_return() {
-    let mut env = start(&["--enable-prepull"]).await;
+    let mut env = Env::start(&["--enable-prepull"]).await;
     env.create_config("chrome", serde_json::from_str(PREPULL_SPEC).unwrap())
         .await;
     env.until("a pre-pull DaemonSet", |e| e.daemon_sets().len() == 1)
         .await;
     env.stop_operator().await;
-    let configs: Api<DynamicObject> =
-        Api::namespaced_with(env.client.clone(), NS, &config_resource(env.layout));
-    configs
+    env.configs()
         .delete("chrome", &Default::default())
         .await
         .expect("config deleted");
@@ -1016,7 +775,7 @@ async fn a_config_deleted_while_the_operator_was_away_loses_its_daemon_sets_on_i
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_daemon_set_the_cluster_refuses_is_reported_with_a_warning_and_not_retried_at_once() {
-    let env = start(&["--enable-prepull"]).await;
+    let env = Env::start(&["--enable-prepull"]).await;
     env.server.inject(Fault::new(
         "create",
         "daemonsets.apps",

@@ -4,170 +4,14 @@
 
 mod support;
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use clap::Parser;
-use kube::Client;
-use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
+use kube::api::DeleteParams;
 
-use serde_json::{Value, json};
-use tokio::sync::oneshot;
-
-use browser_controller::api::crd::{self, Layout};
-use browser_controller::cli::Cli;
-use browser_controller::metrics::Metrics;
-use browser_controller::operator;
-use support::apiserver::{ApiServer, Fault};
+use support::apiserver::Fault;
+use support::env::{Env, is_running, new_browser, sample};
 use support::host::{self, free_port};
-use support::kinds::{browser_resource, config_resource};
-use support::kubelet::{Kubelet, KubeletHandle, Script};
-
-const NS: &str = "sessions";
-const WAIT: Duration = Duration::from_secs(20);
-
-/// One running operator against one API server double, with a kubelet.
-struct Env {
-    server: ApiServer,
-    client: Client,
-    metrics: Arc<Metrics>,
-    kubelet: KubeletHandle,
-    stop: Option<oneshot::Sender<()>>,
-    operator: Option<tokio::task::JoinHandle<()>>,
-}
-
-async fn start(flags: &[&str]) -> Env {
-    let server = ApiServer::new();
-    for crd in crd::crds(Layout::Default) {
-        server.install_crd(&crd).expect("CRD installs");
-    }
-    let client = server.client();
-    let kubelet = Kubelet::start(client.clone(), "node-1", Script::Run);
-    let metrics = Arc::new(Metrics::new());
-    let mut argv = vec!["browser-controller", "--health-probe-bind-address=0"];
-    argv.extend_from_slice(flags);
-    let args = Cli::try_parse_from(argv).expect("flags parse").run;
-    let (tx, rx) = oneshot::channel::<()>();
-    let operator = {
-        let client = client.clone();
-        let metrics = metrics.clone();
-        tokio::spawn(async move {
-            let stop = async move {
-                let _ = rx.await;
-            };
-            operator::run_with_client(client, args, metrics, stop)
-                .await
-                .expect("operator runs");
-        })
-    };
-    Env {
-        server,
-        client,
-        metrics,
-        kubelet,
-        stop: Some(tx),
-        operator: Some(operator),
-    }
-}
-
-impl Env {
-    async fn stop_operator(&mut self) {
-        if let Some(tx) = self.stop.take() {
-            let _ = tx.send(());
-        }
-        if let Some(handle) = self.operator.take() {
-            tokio::time::timeout(WAIT, handle)
-                .await
-                .expect("operator stops in time")
-                .expect("operator task ends cleanly");
-        }
-    }
-
-    fn browsers(&self) -> Api<DynamicObject> {
-        Api::namespaced_with(self.client.clone(), NS, &browser_resource(Layout::Default))
-    }
-
-    async fn chrome_config(&self) {
-        let ar = config_resource(Layout::Default);
-        let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), NS, &ar);
-        let obj: DynamicObject = serde_json::from_value(json!({
-            "apiVersion": ar.api_version, "kind": "BrowserConfig",
-            "metadata": {"name": "chrome", "namespace": NS},
-            "spec": {
-                "template": {
-                    "sidecars": [{"name": "seleniferous", "image": "alcounit/seleniferous:v2", "ports": [{"containerPort": 4445}]}],
-                    "ports": [{"containerPort": 4444}],
-                },
-                "browsers": {"chrome": {"139.0": {"image": "selenium/standalone-chrome:139.0"}}}
-            },
-        }))
-        .unwrap();
-        api.create(&PostParams::default(), &obj)
-            .await
-            .expect("config created");
-    }
-
-    async fn create_browser(&self, name: &str, version: &str) {
-        let obj: DynamicObject = serde_json::from_value(json!({
-            "apiVersion": "selenosis.io/v1", "kind": "Browser",
-            "metadata": {"name": name, "namespace": NS},
-            "spec": {"browserName": "chrome", "browserVersion": version},
-        }))
-        .unwrap();
-        self.browsers()
-            .create(&PostParams::default(), &obj)
-            .await
-            .expect("browser created");
-    }
-
-    fn browser(&self, name: &str) -> Option<Value> {
-        self.server.get("browsers", NS, name)
-    }
-
-    async fn until(&self, what: &str, check: impl Fn(&Env) -> bool) {
-        host::until_async(
-            what,
-            WAIT,
-            || check(self),
-            || {
-                format!(
-                    "browsers: {:#?}; metrics:\n{}",
-                    self.server.list("browsers", NS),
-                    self.metrics.encode().unwrap()
-                )
-            },
-        )
-        .await;
-    }
-
-    async fn until_gone(&self, name: &str) {
-        self.until(&format!("{name} and its pod to be gone"), |e| {
-            e.browser(name).is_none() && e.server.get("pods", NS, name).is_none()
-        })
-        .await;
-    }
-
-    /// Waits until the operator's own exposition shows `series` at `value`.
-    async fn until_metric(&self, series: &str, value: f64) {
-        self.until(&format!("{series} = {value}"), |e| {
-            sample(&e.metrics.encode().unwrap(), series) == Some(value)
-        })
-        .await;
-    }
-}
-
-fn is_running(b: &Option<Value>) -> bool {
-    b.as_ref()
-        .is_some_and(|b| b["status"]["phase"] == "Running")
-}
-
-/// The value of the sample named exactly `series` (name and labels).
-fn sample(text: &str, series: &str) -> Option<f64> {
-    text.lines()
-        .filter_map(|l| l.rsplit_once(' '))
-        .find(|(name, _)| *name == series)
-        .and_then(|(_, v)| v.parse().ok())
-}
+use support::kubelet::Script;
 
 /// Every sample of the family `name` (its lines that carry labels).
 fn samples<'a>(text: &'a str, name: &str) -> Vec<&'a str> {
@@ -183,7 +27,7 @@ fn stage_count(stage: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_scripted_lifecycle_shows_in_every_family() {
-    let mut env = start(&["--metrics-addr=0"]).await;
+    let mut env = Env::start(&[]).await;
     env.chrome_config().await;
     env.until_metric(
         "browser_controller_browserconfig_entries{namespace=\"sessions\"}",
@@ -198,7 +42,7 @@ async fn a_scripted_lifecycle_shows_in_every_family() {
             after: Duration::from_secs(2),
         },
     );
-    env.create_browser("s1", "139.0").await;
+    env.create_browser(new_browser("s1")).await;
     env.until("s1 running", |e| is_running(&e.browser("s1")))
         .await;
 
@@ -221,7 +65,8 @@ async fn a_scripted_lifecycle_shows_in_every_family() {
         Some(0.0)
     );
 
-    env.create_browser("nocfg", "1.0").await;
+    env.create_browser(new_browser("nocfg").version("1.0"))
+        .await;
     env.until_gone("nocfg").await;
     env.until_gone("s1").await;
     // Gone from the cluster and from the operator's cache: no series is left.
@@ -327,9 +172,9 @@ async fn http_get(port: u16, path: &'static str) -> Option<(String, String, Stri
 async fn the_metrics_endpoint_serves_the_families_after_an_external_delete() {
     let port = free_port();
     let addr = format!("--metrics-addr=127.0.0.1:{port}");
-    let mut env = start(&[&addr]).await;
+    let mut env = Env::start(&[&addr]).await;
     env.chrome_config().await;
-    env.create_browser("ext", "139.0").await;
+    env.create_browser(new_browser("ext")).await;
     env.until("ext running", |e| is_running(&e.browser("ext")))
         .await;
     env.until_metric(RUNNING_CHROME, 1.0).await;

@@ -1,0 +1,1149 @@
+//! The end-to-end suite: one set of scenarios, run against every available backend.
+//!
+//! - `double`: the in-process API server double, served over loopback HTTP (always).
+//! - `control-plane`: a real etcd + kube-apiserver from `$KUBEBUILDER_ASSETS`, with `crds/` and
+//!   `rbac/` installed; the operator impersonates its ServiceAccount, so `rbac/` is proven to
+//!   be enough. Skipped with a printed line when `KUBEBUILDER_ASSETS` is not set.
+//! - `cluster`: an existing cluster from `$E2E_KUBECONFIG` (instead of the control plane): no
+//!   kubelet simulator, pods really run (`E2E_IMAGE`, default `registry.k8s.io/pause:3.10`),
+//!   scenarios that need scripted pod states or install CRDs are skipped.
+//!
+//! The operator is the real binary, one process per scenario, started with `--namespace` of
+//! the scenario's own namespace: scenarios run side by side with their own flags (timeouts),
+//! a SIGKILL of one operator disturbs no other scenario, and a scenario's Events, pods and
+//! Browsers are its own. A kubelet simulator per scenario works in that namespace only.
+//! Neither the double nor the control plane has a garbage collector, so every scenario ends
+//! by checking that no Browser and no pod is left: cleanup never depends on owner references.
+//!
+//! A `harness = false` test: `cargo test --test e2e -- NAME` runs the scenarios whose name
+//! contains NAME; `--list` lists them; `E2E_JOBS` (default 4) scenarios run at once.
+//!
+//! This file is the test language (backends, one scenario's `Ctx`, waits) and the runner, with
+//! the list of scenarios in [`scenarios`]: its order and its `before_crds`/`alone` marks are
+//! what the runner schedules by. The scenarios live in modules by subject: `lifecycle`
+//! (sessions and every cleanup row), `restarts` (SIGKILL, API server outages), `config`
+//! (configs and the Pod schema), `upgrades` (older CRD sets, both layouts), `rbac` (scope),
+//! `prepull` and `kubectl`. They see the private items of this file, as child modules do.
+
+mod config;
+mod kubectl;
+mod lifecycle;
+mod prepull;
+mod rbac;
+mod restarts;
+#[path = "../support/mod.rs"]
+mod support;
+mod upgrades;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::core::ApiResource;
+use kube::runtime::{WatchStreamExt, watcher};
+use serde_json::{Value, json};
+
+use browser_controller::api::crd::Layout;
+use browser_controller::api::keys;
+use support::apiserver::{ApiServer, Fault, ServeHandle};
+use support::controlplane::{self, Assets, ControlPlane};
+use support::host::{self, TempDir, die_with_parent, kill, tail};
+use support::kinds::{browser_resource, config_resource, pod_resource};
+use support::kubelet::{Kubelet, KubeletConfig, KubeletHandle, Script};
+
+const BIN: &str = env!("CARGO_BIN_EXE_browser-controller");
+/// Longest wait for one condition.
+const WAIT: Duration = Duration::from_secs(60);
+/// Longest run of one scenario.
+const SCENARIO_LIMIT: Duration = Duration::from_secs(480);
+const DEFAULT_CLUSTER_IMAGE: &str = "registry.k8s.io/pause:3.10";
+
+fn repo(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
+}
+
+// ---- backends ------------------------------------------------------------------------------
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Double,
+    ControlPlane,
+    Cluster,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Double => "double",
+            Kind::ControlPlane => "control-plane",
+            Kind::Cluster => "cluster",
+        }
+    }
+}
+
+/// One API server the scenarios share, and what the operator and kubectl need to reach it.
+struct Backend {
+    kind: Kind,
+    client: kube::Client,
+    /// The admin's kubeconfig (kubectl).
+    admin_kubeconfig: PathBuf,
+    /// The operator's kubeconfig: on the control plane it impersonates the ServiceAccount of
+    /// `rbac/`.
+    operator_kubeconfig: PathBuf,
+    /// Per-backend files: kubeconfigs, operator logs.
+    dir: TempDir,
+    double: Option<(ApiServer, ServeHandle)>,
+    plane: Option<ControlPlane>,
+    image: String,
+}
+
+impl Backend {
+    fn simulated(&self) -> bool {
+        self.kind != Kind::Cluster
+    }
+
+    async fn double() -> Self {
+        let server = ApiServer::new();
+        let served = server.serve().await.expect("double serves");
+        let dir = TempDir::new("e2e-double");
+        let kubeconfig = dir.join("kubeconfig");
+        served.write_kubeconfig(&kubeconfig).unwrap();
+        // Like a real API server: the Pod schema is served, and an apply carrying a field
+        // it lacks is refused.
+        server.serve_openapi(true, true);
+        server.check_pod_fields(400);
+        let client = server.client();
+        Self {
+            kind: Kind::Double,
+            client,
+            admin_kubeconfig: kubeconfig.clone(),
+            operator_kubeconfig: kubeconfig,
+            dir,
+            double: Some((server, served)),
+            plane: None,
+            image: "selenium/standalone-chrome:139.0".to_string(),
+        }
+    }
+
+    async fn control_plane(assets: &Assets) -> Result<Self, String> {
+        let plane = ControlPlane::start_with(assets, controlplane::Options { audit: true })
+            .await
+            .map_err(|e| e.to_string())?;
+        let client = plane.client().await.map_err(|e| e.to_string())?;
+        controlplane::apply_dir(&client, &repo("rbac"))
+            .await
+            .map_err(|e| e.to_string())?;
+        let dir = TempDir::new("e2e-control-plane");
+        let operator_kubeconfig = dir.join("operator.kubeconfig");
+        plane
+            .write_kubeconfig(&operator_kubeconfig, Some(&operator_user()))
+            .map_err(|e| e.to_string())?;
+        Ok(Self {
+            kind: Kind::ControlPlane,
+            client,
+            admin_kubeconfig: plane.admin_kubeconfig(),
+            operator_kubeconfig,
+            dir,
+            double: None,
+            plane: Some(plane),
+            image: "selenium/standalone-chrome:139.0".to_string(),
+        })
+    }
+
+    async fn cluster(kubeconfig: &Path) -> Result<Self, String> {
+        let client = controlplane::client_from(kubeconfig)
+            .await
+            .map_err(|e| e.to_string())?;
+        controlplane::apply_dir(&client, &repo("crds"))
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(Self {
+            kind: Kind::Cluster,
+            client,
+            admin_kubeconfig: kubeconfig.to_path_buf(),
+            operator_kubeconfig: kubeconfig.to_path_buf(),
+            dir: TempDir::new("e2e-cluster"),
+            double: None,
+            plane: None,
+            image: std::env::var("E2E_IMAGE").unwrap_or_else(|_| DEFAULT_CLUSTER_IMAGE.into()),
+        })
+    }
+
+    /// How many times each pod of `ns` was created, as the API server recorded it; `None`
+    /// where the backend cannot tell (an existing cluster).
+    fn pod_creates(&self, ns: &str) -> Option<BTreeMap<String, usize>> {
+        if let Some((server, _)) = &self.double {
+            let mut creates = BTreeMap::new();
+            for r in server.requests() {
+                if r.resource == "pods"
+                    && r.subresource.is_none()
+                    && r.namespace.as_deref() == Some(ns)
+                    && matches!(r.verb.as_str(), "create" | "patch")
+                    && r.status == 201
+                    && !r.dry_run
+                    && let Some(name) = r.name.or_else(|| (r.verb == "create").then(String::new))
+                {
+                    *creates.entry(name).or_insert(0) += 1;
+                }
+            }
+            return Some(creates);
+        }
+        self.plane.as_ref().map(|p| p.pod_creates(ns))
+    }
+
+    /// Takes the API server away and back, as a control-plane upgrade does: the double
+    /// answers 503 for a while; the control plane's kube-apiserver restarts. Returns once it
+    /// serves again.
+    async fn outage(&self) -> Result<(), String> {
+        if let Some((server, _)) = &self.double {
+            server.set_unavailable(true);
+            tokio::time::sleep(Duration::from_secs(8)).await;
+            server.set_unavailable(false);
+            return Ok(());
+        }
+        match &self.plane {
+            Some(plane) => plane.restart_apiserver().await.map_err(|e| e.to_string()),
+            None => Err("an existing cluster's API server is not ours to restart".into()),
+        }
+    }
+
+    /// Writes a kubeconfig whose requests act as `user`, so that RBAC applies to them.
+    fn write_kubeconfig_as(&self, path: &Path, user: &str) -> Result<(), String> {
+        match (&self.plane, &self.double) {
+            (Some(plane), _) => plane
+                .write_kubeconfig(path, Some(user))
+                .map_err(|e| e.to_string()),
+            (None, Some((_, served))) => served
+                .write_kubeconfig_as(path, Some(user))
+                .map_err(|e| e.to_string()),
+            (None, None) => Err("an existing cluster's identities are its own".to_string()),
+        }
+    }
+
+    /// What to print when a scenario failed.
+    fn logs(&self) -> String {
+        self.plane.as_ref().map(|p| p.logs(60)).unwrap_or_default()
+    }
+
+    fn stop(self) {
+        if let Some(plane) = self.plane {
+            plane.stop();
+        }
+    }
+}
+
+/// Both API-group layouts, through the API (the same code path on every backend).
+async fn install_crds(client: &kube::Client) -> Result<(), String> {
+    for dir in ["crds", "crds/split-groups"] {
+        controlplane::apply_dir(client, &repo(dir))
+            .await
+            .map_err(|e| format!("{dir}: {e}"))?;
+    }
+    Ok(())
+}
+
+/// `system:serviceaccount:NS:NAME` of `rbac/service-account.yaml`.
+fn operator_user() -> String {
+    let docs = browser_controller::manifest::read_file(&repo("rbac/service-account.yaml"))
+        .expect("rbac/service-account.yaml");
+    let meta = &docs[0]["metadata"];
+    format!(
+        "system:serviceaccount:{}:{}",
+        meta["namespace"].as_str().unwrap_or("default"),
+        meta["name"].as_str().unwrap_or("default")
+    )
+}
+
+// ---- one scenario's context ----------------------------------------------------------------
+
+fn resource(group: &str, kind: &str, plural: &str) -> ApiResource {
+    let api_version = if group.is_empty() {
+        "v1".to_string()
+    } else {
+        format!("{group}/v1")
+    };
+    ApiResource {
+        group: group.into(),
+        version: "v1".into(),
+        api_version,
+        kind: kind.into(),
+        plural: plural.into(),
+    }
+}
+
+/// Browsers and pods of the namespace at one moment.
+struct Snapshot {
+    browsers: Vec<Value>,
+    pods: Vec<Value>,
+}
+
+impl Snapshot {
+    fn browser(&self, name: &str) -> Option<&Value> {
+        self.browsers.iter().find(|b| b["metadata"]["name"] == name)
+    }
+
+    fn pod(&self, name: &str) -> Option<&Value> {
+        self.pods.iter().find(|p| p["metadata"]["name"] == name)
+    }
+
+    fn running(&self, name: &str) -> bool {
+        self.browser(name)
+            .is_some_and(|b| b["status"]["phase"] == "Running")
+    }
+}
+
+struct Ctx {
+    be: Arc<Backend>,
+    ns: String,
+    layout: Layout,
+    kubelet: Option<KubeletHandle>,
+    operator: Mutex<Option<Child>>,
+    log: PathBuf,
+    /// Every Browser and pod a watch saw, in order, with its kind (items of a pod list
+    /// carry none).
+    seen: Arc<Mutex<Vec<(&'static str, Value)>>>,
+    recorders: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for Ctx {
+    fn drop(&mut self) {
+        self.kill_operator();
+        for r in &self.recorders {
+            r.abort();
+        }
+    }
+}
+
+impl Ctx {
+    async fn new(be: Arc<Backend>, scenario: &Scenario, index: usize) -> Arc<Self> {
+        // Fresh API servers have no namespaces of earlier runs; an existing cluster may
+        // still be deleting them.
+        let run = match be.kind {
+            Kind::Cluster => format!("{}-", std::process::id()),
+            _ => String::new(),
+        };
+        let ns: String = format!("e2e-{run}{index:02}-{}", scenario.name.replace('_', "-"))
+            .chars()
+            .take(50)
+            .collect();
+        let ns = ns.trim_end_matches('-').to_string();
+        let namespaces: Api<DynamicObject> =
+            Api::all_with(be.client.clone(), &resource("", "Namespace", "namespaces"));
+        let obj: DynamicObject = serde_json::from_value(
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+        )
+        .unwrap();
+        namespaces
+            .create(&PostParams::default(), &obj)
+            .await
+            .unwrap_or_else(|e| panic!("namespace {ns}: {e}"));
+        let kubelet = be.simulated().then(|| {
+            Kubelet::start_with(
+                be.client.clone(),
+                &format!("node-{ns}"),
+                Script::Run,
+                KubeletConfig {
+                    namespace: Some(ns.clone()),
+                    ..KubeletConfig::default()
+                },
+            )
+        });
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let recorders = [
+            ("Browser", browser_resource(scenario.layout)),
+            ("Pod", pod_resource()),
+        ]
+        .into_iter()
+        .map(|(kind, ar)| {
+            let api: Api<DynamicObject> = Api::namespaced_with(be.client.clone(), &ns, &ar);
+            tokio::spawn(record(api, kind, seen.clone()))
+        })
+        .collect();
+        let log = be.dir.join(&format!("{ns}.operator.log"));
+        Arc::new(Self {
+            be,
+            ns,
+            layout: scenario.layout,
+            kubelet,
+            operator: Mutex::new(None),
+            log,
+            seen,
+            recorders,
+        })
+    }
+
+    fn kubelet(&self) -> &KubeletHandle {
+        self.kubelet
+            .as_ref()
+            .expect("scenario needs the kubelet simulator")
+    }
+
+    /// Starts the operator binary on this namespace; flags may shorten timeouts.
+    fn start_operator(&self, flags: &[&str]) {
+        self.start_operator_with(&self.be.operator_kubeconfig, flags);
+    }
+
+    /// [`Ctx::start_operator`] with another kubeconfig (another identity).
+    fn start_operator_with(&self, kubeconfig: &Path, flags: &[&str]) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap();
+        let mut command = Command::new(BIN);
+        // Endpoints off unless a scenario asks for them.
+        let defaults = ["--metrics-addr=0", "--health-probe-bind-address=0"]
+            .into_iter()
+            .filter(|d| {
+                let flag = d.split('=').next().unwrap_or_default();
+                !flags.iter().any(|f| f.split('=').next() == Some(flag))
+            });
+        command
+            .arg(format!("--namespace={}", self.ns))
+            .args(defaults)
+            .arg("--log-level=info")
+            .args(flags)
+            .env("KUBECONFIG", kubeconfig)
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(log));
+        if self.layout == Layout::SplitGroups {
+            // Both layouts are installed: the operator would otherwise pick selenosis.io.
+            command.args([
+                format!("--browser-api-group={}", keys::SPLIT_BROWSER_GROUP),
+                format!(
+                    "--browserconfig-api-group={}",
+                    keys::SPLIT_BROWSERCONFIG_GROUP
+                ),
+            ]);
+        }
+        let child = die_with_parent(&mut command)
+            .spawn()
+            .expect("operator starts");
+        let previous = self.operator.lock().unwrap().replace(child);
+        assert!(previous.is_none(), "one operator per scenario at a time");
+    }
+
+    /// SIGKILL: no shutdown, no cleanup, as when a node dies.
+    fn kill_operator(&self) {
+        if let Some(mut child) = self.operator.lock().unwrap().take() {
+            kill(&mut child);
+        }
+    }
+
+    fn api(&self, ar: &ApiResource) -> Api<DynamicObject> {
+        Api::namespaced_with(self.be.client.clone(), &self.ns, ar)
+    }
+
+    fn browsers(&self) -> Api<DynamicObject> {
+        self.api(&browser_resource(self.layout))
+    }
+
+    fn pods(&self) -> Api<DynamicObject> {
+        self.api(&pod_resource())
+    }
+
+    async fn list(api: &Api<DynamicObject>) -> Vec<Value> {
+        match api.list(&Default::default()).await {
+            Ok(list) => list
+                .items
+                .iter()
+                .filter_map(|o| serde_json::to_value(o).ok())
+                .collect(),
+            Err(_) => Vec::new(),
+        }
+    }
+
+    async fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            browsers: Self::list(&self.browsers()).await,
+            pods: Self::list(&self.pods()).await,
+        }
+    }
+
+    /// Waits until `check` holds on a fresh snapshot.
+    async fn until(&self, what: &str, check: impl Fn(&Snapshot) -> bool) -> Snapshot {
+        self.until_within(WAIT, Duration::from_millis(50), what, check)
+            .await
+    }
+
+    /// [`Ctx::until`] with another limit and polling interval (lists of many objects are
+    /// not fetched 20 times a second).
+    async fn until_within(
+        &self,
+        limit: Duration,
+        every: Duration,
+        what: &str,
+        check: impl Fn(&Snapshot) -> bool,
+    ) -> Snapshot {
+        poll(limit, every, || async {
+            let snap = self.snapshot().await;
+            if check(&snap) {
+                Ok(snap)
+            } else {
+                Err(format!(
+                    "{what}; browsers: {:#?}; pods: {:#?}",
+                    snap.browsers, snap.pods
+                ))
+            }
+        })
+        .await
+    }
+
+    async fn until_running(&self, name: &str) -> Snapshot {
+        self.until(&format!("{name} Running"), |s| s.running(name))
+            .await
+    }
+
+    async fn until_gone(&self, name: &str) {
+        self.until(&format!("{name} and its pod to be gone"), |s| {
+            s.browser(name).is_none() && s.pod(name).is_none()
+        })
+        .await;
+    }
+
+    /// Watch events of `kind` (`Browser`, `Pod`) named `name`, in order.
+    fn seen(&self, kind: &str, name: &str) -> Vec<Value> {
+        self.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(k, o)| *k == kind && o["metadata"]["name"] == name)
+            .map(|(_, o)| o.clone())
+            .collect()
+    }
+
+    /// The statuses a Browser watcher (the hub, `kubectl get -w`) saw for `name`, in order.
+    fn seen_statuses(&self, name: &str) -> Vec<Value> {
+        self.seen("Browser", name)
+            .into_iter()
+            .filter_map(|o| o.get("status").cloned())
+            .collect()
+    }
+
+    /// The distinct pod UIDs ever seen for `name`.
+    fn pod_uids(&self, name: &str) -> BTreeSet<String> {
+        self.seen("Pod", name)
+            .iter()
+            .filter_map(|p| p["metadata"]["uid"].as_str().map(String::from))
+            .collect()
+    }
+
+    /// The first Failed status a watcher saw for `name`.
+    async fn failure_of(&self, name: &str) -> Value {
+        poll(WAIT, Duration::from_millis(20), || async {
+            let seen = self.seen_statuses(name);
+            match seen.iter().find(|s| s["phase"] == "Failed") {
+                Some(failed) => Ok(failed.clone()),
+                None => Err(format!("{name} to fail; seen: {seen:#?}")),
+            }
+        })
+        .await
+    }
+
+    /// Waits for `name` to fail with `reason`, then for it to be gone, and checks that it never
+    /// had a pod; returns the failure message.
+    async fn fails_without_a_pod(&self, name: &str, reason: &str) -> String {
+        let failure = self.failure_of(name).await;
+        assert_eq!(failure["reason"], reason, "{failure}");
+        self.until_gone(name).await;
+        assert!(self.pod_uids(name).is_empty(), "{name} had a pod");
+        failure["message"].as_str().unwrap_or("").to_string()
+    }
+
+    /// Reasons of the Events about `name`, sorted.
+    async fn event_reasons(&self, name: &str) -> Vec<String> {
+        let events = self.api(&resource("events.k8s.io", "Event", "events"));
+        let mut reasons: Vec<String> = Self::list(&events)
+            .await
+            .iter()
+            .filter(|e| e["regarding"]["name"] == name)
+            .filter_map(|e| e["reason"].as_str().map(String::from))
+            .collect();
+        reasons.sort();
+        reasons
+    }
+
+    async fn until_events(&self, name: &str, wanted: &[&str]) {
+        poll(WAIT, Duration::from_millis(100), || async {
+            let reasons = self.event_reasons(name).await;
+            if wanted.iter().all(|w| reasons.iter().any(|r| r == w)) {
+                Ok(())
+            } else {
+                Err(format!(
+                    "Events of {name}: want {wanted:?}, have {reasons:?}"
+                ))
+            }
+        })
+        .await
+    }
+
+    /// Creates `obj` (a manifest) in this namespace.
+    async fn create(&self, ar: &ApiResource, mut obj: Value) -> DynamicObject {
+        obj["apiVersion"] = json!(ar.api_version);
+        obj["kind"] = json!(ar.kind);
+        obj["metadata"]["namespace"] = json!(self.ns);
+        let name = obj["metadata"]["name"].as_str().unwrap_or("").to_string();
+        let obj: DynamicObject = serde_json::from_value(obj).unwrap();
+        self.api(ar)
+            .create(&PostParams::default(), &obj)
+            .await
+            .unwrap_or_else(|e| panic!("{} {name} created: {e}", ar.kind))
+    }
+
+    async fn create_config(&self, name: &str, spec: Value) {
+        let config = json!({"metadata": {"name": name}, "spec": spec});
+        self.create(&config_resource(self.layout), config).await;
+    }
+
+    /// The chrome config: browser on 4444, `seleniferous` sidecar on 4445.
+    fn chrome_spec(&self) -> Value {
+        let sidecar = if self.be.simulated() {
+            "alcounit/seleniferous:v2"
+        } else {
+            &self.be.image
+        };
+        json!({
+            "template": {
+                "sidecars": [{"name": "seleniferous", "image": sidecar, "ports": [{"containerPort": 4445}]}],
+                "ports": [{"containerPort": 4444}],
+            },
+            "browsers": {"chrome": {"139.0": {"image": self.be.image}}}
+        })
+    }
+
+    async fn chrome_config(&self) {
+        self.create_config("chrome", self.chrome_spec()).await;
+    }
+
+    /// Waits until the BrowserConfig `name` reports condition `kind` as `status`.
+    async fn until_config(&self, name: &str, kind: &str, status: &str) -> Value {
+        let api = self.api(&config_resource(self.layout));
+        poll(WAIT, Duration::from_millis(50), || async {
+            let config = match api.get(name).await {
+                Ok(c) => serde_json::to_value(c).unwrap(),
+                Err(e) => return Err(format!("BrowserConfig {name}: {e}")),
+            };
+            config["status"]["conditions"]
+                .as_array()
+                .and_then(|cs| {
+                    cs.iter()
+                        .find(|c| c["type"] == kind && c["status"] == status)
+                })
+                .cloned()
+                .ok_or_else(|| format!("BrowserConfig {name}: no {kind}={status}: {config:#}"))
+        })
+        .await
+    }
+
+    async fn create_browser(&self, name: &str, annotations: Value) {
+        let browser = json!({
+            "metadata": {"name": name, "labels": {"selenosis.io/owner": "hub"}, "annotations": annotations},
+            "spec": {"browserName": "chrome", "browserVersion": "139.0"},
+        });
+        self.create(&browser_resource(self.layout), browser).await;
+    }
+
+    async fn delete_browser(&self, name: &str) {
+        self.browsers()
+            .delete(name, &DeleteParams::default())
+            .await
+            .unwrap_or_else(|e| panic!("browser {name} deleted: {e}"));
+    }
+
+    async fn delete_pod(&self, name: &str, params: &DeleteParams) {
+        self.pods()
+            .delete(name, params)
+            .await
+            .unwrap_or_else(|e| panic!("pod {name} deleted: {e}"));
+    }
+
+    /// Makes the next pod create named `pod` fail on quota, as the ResourceQuota admission
+    /// does: the double gets the fault injected; a real API server gets a ResourceQuota of
+    /// zero pods (with its status written here, as no quota controller runs).
+    async fn refuse_pod_by_quota(&self, pod: &str) {
+        if let Some((server, _)) = &self.be.double {
+            let message = format!(
+                "pods \"{pod}\" is forbidden: exceeded quota: e2e, requested: pods=1, used: pods=0, limited: pods=0"
+            );
+            server.inject(
+                Fault::new("create", "pods", 403, "Forbidden", &message)
+                    .object(&self.ns, pod)
+                    .times(1),
+            );
+            return;
+        }
+        let quotas = self.api(&resource("", "ResourceQuota", "resourcequotas"));
+        let quota = json!({
+            "apiVersion": "v1", "kind": "ResourceQuota",
+            "metadata": {"name": "e2e", "namespace": self.ns},
+            "spec": {"hard": {"pods": "0"}},
+        });
+        quotas
+            .patch(
+                "e2e",
+                &PatchParams::apply(controlplane::MANAGER),
+                &Patch::Apply(&quota),
+            )
+            .await
+            .expect("quota created");
+        let status = json!({"status": {"hard": {"pods": "0"}, "used": {"pods": "0"}}});
+        quotas
+            .patch_status("e2e", &PatchParams::default(), &Patch::Merge(&status))
+            .await
+            .expect("quota status written");
+        // The quota admission reads quotas from an informer: give it the status first (a
+        // quota without one refuses with "status unknown", which is `Forbidden`).
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+
+    /// Runs kubectl with the admin's kubeconfig; `None` when kubectl is not installed.
+    async fn kubectl(&self, args: &[&str]) -> Option<String> {
+        let mut command = Command::new("kubectl");
+        command
+            .arg(format!(
+                "--kubeconfig={}",
+                self.be.admin_kubeconfig.display()
+            ))
+            .arg(format!("--namespace={}", self.ns))
+            .arg("--request-timeout=30s")
+            .args(args)
+            .stdin(Stdio::null());
+        let shown = args.join(" ");
+        let output = tokio::task::spawn_blocking(move || command.output())
+            .await
+            .unwrap();
+        match output {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => panic!("kubectl {shown}: {e}"),
+            Ok(out) => {
+                assert!(
+                    out.status.success(),
+                    "kubectl {shown}: {}\n{}",
+                    out.status,
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                Some(String::from_utf8_lossy(&out.stdout).into_owned())
+            }
+        }
+    }
+}
+
+/// Polls `probe` every `every` until it answers `Ok`; panics with its last `Err` after `limit`.
+async fn poll<T, F: Future<Output = Result<T, String>>>(
+    limit: Duration,
+    every: Duration,
+    mut probe: impl FnMut() -> F,
+) -> T {
+    let deadline = Instant::now() + limit;
+    loop {
+        match probe().await {
+            Ok(value) => return value,
+            Err(why) => assert!(Instant::now() < deadline, "timed out waiting for {why}"),
+        }
+        tokio::time::sleep(every).await;
+    }
+}
+
+async fn record(
+    api: Api<DynamicObject>,
+    kind: &'static str,
+    seen: Arc<Mutex<Vec<(&'static str, Value)>>>,
+) {
+    // Resumes across API server restarts within seconds, as the operator's watches do.
+    let mut stream = watcher(api, watcher::Config::default())
+        .backoff(browser_controller::controller::watch::backoff())
+        .boxed();
+    while let Some(event) = stream.next().await {
+        if let Ok(watcher::Event::Apply(obj) | watcher::Event::InitApply(obj)) = event
+            && let Ok(v) = serde_json::to_value(&obj)
+        {
+            seen.lock().unwrap().push((kind, v));
+        }
+    }
+}
+
+/// The header cells of a kubectl table.
+fn header(out: &str) -> Vec<String> {
+    out.lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .map(String::from)
+        .collect()
+}
+
+// ---- scenarios -----------------------------------------------------------------------------
+
+type Run = fn(Arc<Ctx>) -> Pin<Box<dyn Future<Output = ()> + Send>>;
+
+struct Scenario {
+    name: &'static str,
+    /// Needs the kubelet simulator (scripted pod states) or installs cluster-wide objects:
+    /// skipped on an existing cluster.
+    simulated: bool,
+    layout: Layout,
+    /// Runs alone, before the current CRDs are installed, and installs them itself (CRDs
+    /// are cluster-wide: no other scenario may run meanwhile).
+    before_crds: bool,
+    /// Runs alone, after the others: it takes the API server away.
+    alone: bool,
+    run: Run,
+}
+
+/// A scenario named after its function (the name filters select), without its module.
+macro_rules! scenario {
+    ($m:ident :: $f:ident, $simulated:expr) => {
+        scenario!($m::$f, $simulated, Layout::Default)
+    };
+    ($m:ident :: $f:ident, $simulated:expr, $layout:expr) => {
+        Scenario {
+            name: stringify!($f),
+            simulated: $simulated,
+            layout: $layout,
+            before_crds: false,
+            alone: false,
+            run: |cx| Box::pin($m::$f(cx)),
+        }
+    };
+}
+
+fn scenarios() -> Vec<Scenario> {
+    vec![
+        Scenario {
+            before_crds: true,
+            ..scenario!(upgrades::crds_applied_over_older_sets_keep_objects_and_sessions, true)
+        },
+        scenario!(config::pod_fields_the_cluster_lacks_are_removed_with_a_warning,
+            true
+        ),
+        scenario!(lifecycle::two_hundred_browsers_at_once_all_run_then_all_clean_up,
+            false
+        ),
+        scenario!(lifecycle::normal_session_pending_then_running_with_ip_then_cleaned_up,
+            true
+        ),
+        scenario!(lifecycle::config_not_found_fails_without_a_pod, false),
+        scenario!(lifecycle::invalid_options_fail_without_a_pod, false),
+        scenario!(lifecycle::pod_create_over_quota_fails_with_quota_exceeded, false),
+        scenario!(lifecycle::pod_create_invalid_fails_with_invalid_pod_spec, false),
+        scenario!(lifecycle::pending_too_long_is_force_deleted_with_pod_creation_timeout,
+            true
+        ),
+        scenario!(lifecycle::unschedulable_pod_times_out_naming_the_scheduler_message,
+            true
+        ),
+        scenario!(lifecycle::failing_containers_and_failed_pods_end_with_their_reasons,
+            true
+        ),
+        scenario!(lifecycle::succeeded_pod_makes_a_succeeded_browser, true),
+        scenario!(lifecycle::external_delete_removes_the_pod_then_the_finalizer, false),
+        scenario!(lifecycle::pod_stuck_terminating_is_forced_after_the_deletion_timeout,
+            true
+        ),
+        scenario!(lifecycle::pod_deleted_under_a_live_browser_fails_it_with_pod_deleted,
+            true
+        ),
+        scenario!(lifecycle::lost_pod_is_never_recreated, true),
+        scenario!(lifecycle::foreign_pod_of_the_same_name_is_a_conflict_and_untouched,
+            false
+        ),
+        scenario!(lifecycle::browser_older_than_max_lifetime_is_ended, false),
+        scenario!(restarts::operator_sigkilled_mid_lifecycle_and_restarted, true),
+        scenario!(config::config_rejected_by_the_pod_schema_fails_browsers_with_invalid_config,
+            false
+        ),
+        scenario!(kubectl::kubectl_get_shows_printer_columns_and_describe_shows_events,
+            false
+        ),
+        scenario!(upgrades::split_group_layout_runs_the_same, true, Layout::SplitGroups),
+        scenario!(rbac::namespace_scoped_with_only_the_namespaced_rbac, true),
+        scenario!(prepull::prepull_daemon_sets_follow_the_config_and_report_progress,
+            true
+        ),
+        Scenario {
+            alone: true,
+            ..scenario!(restarts::api_server_restart_and_operator_kill_during_a_burst_one_pod_each_and_quick_recovery,
+                true
+            )
+        },
+    ]
+}
+
+// ---- the runner ----------------------------------------------------------------------------
+
+struct Args {
+    filters: Vec<String>,
+    list: bool,
+}
+
+/// libtest-like arguments: free words filter by name; `--list` lists; other flags (as cargo
+/// passes them) are ignored.
+fn parse_args() -> Args {
+    let mut args = Args {
+        filters: Vec::new(),
+        list: false,
+    };
+    for arg in std::env::args().skip(1) {
+        match arg.as_str() {
+            "--list" => args.list = true,
+            a if a.starts_with('-') => {}
+            a => args.filters.push(a.to_string()),
+        }
+    }
+    args
+}
+
+#[derive(Default)]
+struct Tally {
+    passed: usize,
+    failed: Vec<String>,
+    skipped: usize,
+}
+
+/// Runs one scenario in its own namespace; `Err` holds what to print.
+async fn run_one(be: Arc<Backend>, scenario: &Scenario, index: usize) -> Result<(), String> {
+    let cx = Ctx::new(be.clone(), scenario, index).await;
+    let mut task = tokio::spawn((scenario.run)(cx.clone()));
+    let outcome = match tokio::time::timeout(SCENARIO_LIMIT, &mut task).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(panic_message(e)),
+        Err(_) => {
+            task.abort();
+            let _ = task.await;
+            Err(format!("did not finish within {SCENARIO_LIMIT:?}"))
+        }
+    };
+    // What every scenario leaves behind: nothing, without a garbage collector.
+    let outcome = match outcome {
+        Ok(()) => {
+            let snap = cx.snapshot().await;
+            if snap.browsers.is_empty() && snap.pods.is_empty() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "left behind: browsers {:?}, pods {:?}",
+                    names(&snap.browsers),
+                    names(&snap.pods)
+                ))
+            }
+        }
+        failed => failed,
+    };
+    cx.kill_operator();
+    if be.kind == Kind::Cluster {
+        // Only a real cluster has the controller that empties and removes namespaces.
+        let namespaces: Api<DynamicObject> =
+            Api::all_with(be.client.clone(), &resource("", "Namespace", "namespaces"));
+        let _ = namespaces.delete(&cx.ns, &DeleteParams::default()).await;
+    }
+    outcome.map_err(|e| {
+        format!(
+            "{e}\n--- operator log (last 60 lines) ---\n{}\n{}",
+            tail(&cx.log, 60),
+            be.logs()
+        )
+    })
+}
+
+fn names(objects: &[Value]) -> Vec<&str> {
+    objects
+        .iter()
+        .filter_map(|o| o["metadata"]["name"].as_str())
+        .collect()
+}
+
+fn panic_message(e: tokio::task::JoinError) -> String {
+    match e.try_into_panic() {
+        Ok(payload) => payload
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "panicked".to_string()),
+        Err(e) => e.to_string(),
+    }
+}
+
+async fn run_backend(be: Backend, selected: &[&Scenario], tally: &mut Tally) {
+    let be = Arc::new(be);
+    let jobs = std::env::var("E2E_JOBS")
+        .ok()
+        .and_then(|j| j.parse().ok())
+        .filter(|&j: &usize| j > 0)
+        .unwrap_or(4);
+    let started = Instant::now();
+    let (before, selected): (Vec<&Scenario>, Vec<&Scenario>) =
+        selected.iter().copied().partition(|s| s.before_crds);
+    let (alone, selected): (Vec<&Scenario>, Vec<&Scenario>) =
+        selected.into_iter().partition(|s| s.alone);
+    // An existing cluster got `crds/` when the backend started; nothing else is installed there.
+    let mut crds_installed = be.kind == Kind::Cluster;
+    for (i, s) in before.iter().enumerate() {
+        let label = format!("{}/{}", be.kind.name(), s.name);
+        if s.simulated && !be.simulated() {
+            println!("test {label} ... skipped (needs the kubelet simulator)");
+            tally.skipped += 1;
+            continue;
+        }
+        let t = Instant::now();
+        match run_one(be.clone(), s, 90 + i).await {
+            Ok(()) => {
+                println!("test {label} ... ok ({:.1}s)", t.elapsed().as_secs_f64());
+                tally.passed += 1;
+                crds_installed = true;
+            }
+            Err(e) => {
+                println!("test {label} ... FAILED\n{e}");
+                tally.failed.push(label);
+            }
+        }
+    }
+    if !crds_installed && let Err(e) = install_crds(&be.client).await {
+        println!("{}: cannot install crds/: {e}", be.kind.name());
+        tally.failed.push(format!("{}: crds", be.kind.name()));
+        return;
+    }
+    let runs = selected.iter().enumerate().map(|(i, s)| {
+        let be = be.clone();
+        async move {
+            let label = format!("{}/{}", be.kind.name(), s.name);
+            if s.simulated && !be.simulated() {
+                println!("test {label} ... skipped (needs the kubelet simulator)");
+                return (label, None);
+            }
+            let t = Instant::now();
+            let result = run_one(be, s, i).await;
+            let secs = t.elapsed().as_secs_f64();
+            match &result {
+                Ok(()) => println!("test {label} ... ok ({secs:.1}s)"),
+                Err(e) => println!("test {label} ... FAILED ({secs:.1}s)\n{e}"),
+            }
+            (label, Some(result))
+        }
+    });
+    let results: Vec<(String, Option<Result<(), String>>)> = futures::stream::iter(runs)
+        .buffer_unordered(jobs)
+        .collect()
+        .await;
+    for (label, result) in results {
+        match result {
+            None => tally.skipped += 1,
+            Some(Ok(())) => tally.passed += 1,
+            Some(Err(_)) => tally.failed.push(label),
+        }
+    }
+    for (i, s) in alone.iter().enumerate() {
+        let label = format!("{}/{}", be.kind.name(), s.name);
+        if s.simulated && !be.simulated() {
+            println!("test {label} ... skipped (needs the kubelet simulator)");
+            tally.skipped += 1;
+            continue;
+        }
+        let t = Instant::now();
+        match run_one(be.clone(), s, 80 + i).await {
+            Ok(()) => {
+                println!("test {label} ... ok ({:.1}s)", t.elapsed().as_secs_f64());
+                tally.passed += 1;
+            }
+            Err(e) => {
+                println!("test {label} ... FAILED\n{e}");
+                tally.failed.push(label);
+            }
+        }
+    }
+    println!(
+        "{}: {} scenarios in {:.1}s",
+        be.kind.name(),
+        selected.len() + alone.len(),
+        started.elapsed().as_secs_f64()
+    );
+    match Arc::try_unwrap(be) {
+        Ok(be) => be.stop(),
+        Err(_) => println!("warning: backend still shared at teardown"),
+    }
+}
+
+fn main() -> ExitCode {
+    let args = parse_args();
+    let all = scenarios();
+    let selected: Vec<&Scenario> = all
+        .iter()
+        .filter(|s| args.filters.is_empty() || args.filters.iter().any(|f| s.name.contains(f)))
+        .collect();
+    if args.list {
+        for s in &selected {
+            println!("{}: test", s.name);
+        }
+        return ExitCode::SUCCESS;
+    }
+    host::remove_stale_dirs();
+    // Worker threads live until the runtime is dropped at the end of main: children spawned
+    // on them (PR_SET_PDEATHSIG) die with them, not before.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let started = Instant::now();
+    let mut tally = Tally::default();
+    println!("\nrunning {} end-to-end scenarios", selected.len());
+    runtime.block_on(async {
+        if selected.is_empty() {
+            return;
+        }
+        run_backend(Backend::double().await, &selected, &mut tally).await;
+        if let Some(kubeconfig) = std::env::var_os("E2E_KUBECONFIG").filter(|k| !k.is_empty()) {
+            println!("real control plane: skipped (E2E_KUBECONFIG set: existing cluster)");
+            match Backend::cluster(Path::new(&kubeconfig)).await {
+                Ok(be) => run_backend(be, &selected, &mut tally).await,
+                Err(e) => {
+                    println!("cluster: cannot start: {e}");
+                    tally.failed.push("cluster".into());
+                }
+            }
+            return;
+        }
+        match Assets::from_env() {
+            Ok(None) => println!("real control plane: skipped (KUBEBUILDER_ASSETS not set)"),
+            Ok(Some(assets)) => match Backend::control_plane(&assets).await {
+                Ok(be) => run_backend(be, &selected, &mut tally).await,
+                Err(e) => {
+                    println!("control-plane: cannot start: {e}");
+                    tally.failed.push("control-plane".into());
+                }
+            },
+            Err(e) => {
+                println!("control-plane: {e}");
+                tally.failed.push("control-plane".into());
+            }
+        }
+    });
+    runtime.shutdown_timeout(Duration::from_secs(5));
+    let ok = tally.failed.is_empty();
+    if !ok {
+        println!("\nfailures:");
+        for f in &tally.failed {
+            println!("    {f}");
+        }
+    }
+    println!(
+        "\ntest result: {}. {} passed; {} failed; {} skipped; finished in {:.2}s\n",
+        if ok { "ok" } else { "FAILED" },
+        tally.passed,
+        tally.failed.len(),
+        tally.skipped,
+        started.elapsed().as_secs_f64()
+    );
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}

@@ -1,0 +1,146 @@
+//! RBAC and scope: a namespace-scoped operator with only the namespaced RBAC.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::api::{Api, DynamicObject, PostParams};
+use serde_json::{Value, json};
+
+use crate::support::controlplane;
+use crate::support::kinds::browser_resource;
+use crate::support::kubelet::Script;
+use crate::{Ctx, repo, resource};
+
+/// The namespace-scoped RBAC of `rbac/namespaced/` and `rbac/leader-election.yaml` as a user
+/// installs it, made this scenario's own: the watched namespace `selenosis` is `ns`, the
+/// operator's namespace `browser-controller` is `operator_ns`, cluster-scoped objects get
+/// names of their own.
+fn namespaced_rbac(ns: &str, operator_ns: &str) -> Vec<Value> {
+    let mut docs = Vec::new();
+    let dir = repo("rbac/namespaced");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.push(repo("rbac/leader-election.yaml"));
+    files.sort();
+    for file in files {
+        docs.extend(browser_controller::manifest::read_file(&file).unwrap());
+    }
+    let own_namespace = |v: &mut Value| {
+        let renamed = match v.as_str() {
+            Some("selenosis") => ns,
+            Some("browser-controller") => operator_ns,
+            _ => return,
+        };
+        *v = json!(renamed);
+    };
+    for doc in &mut docs {
+        own_namespace(&mut doc["metadata"]["namespace"]);
+        // Not `doc["subjects"]`: indexing a Role mutably would give it `subjects: null`, which
+        // a real API server's server-side apply refuses.
+        if let Some(subjects) = doc.get_mut("subjects").and_then(Value::as_array_mut) {
+            for subject in subjects {
+                own_namespace(&mut subject["namespace"]);
+            }
+        }
+        if doc["kind"] == "ClusterRole" || doc["kind"] == "ClusterRoleBinding" {
+            let name = format!("{}-{ns}", doc["metadata"]["name"].as_str().unwrap());
+            doc["metadata"]["name"] = json!(name);
+        }
+        if doc["roleRef"]["kind"] == "ClusterRole" {
+            let name = format!("{}-{ns}", doc["roleRef"]["name"].as_str().unwrap());
+            doc["roleRef"]["name"] = json!(name);
+        }
+        // Nothing else may name the shipped namespaces: the copy would grant the wrong ones.
+        let text = doc.to_string();
+        for shipped in ["selenosis", "browser-controller"] {
+            assert!(
+                !text.contains(&format!("\"namespace\":\"{shipped}\"")),
+                "{text}"
+            );
+        }
+    }
+    docs
+}
+
+/// Namespace-scoped mode with only the rights of `rbac/namespaced/` and
+/// `rbac/leader-election.yaml`: the operator runs as its ServiceAccount (impersonated) from its
+/// own namespace, watches this one, elects a leader, and a session and a failure pass.
+pub(crate) async fn namespace_scoped_with_only_the_namespaced_rbac(cx: Arc<Ctx>) {
+    let operator_ns = format!("{}-op", cx.ns);
+    let namespaces: Api<DynamicObject> = Api::all_with(
+        cx.be.client.clone(),
+        &resource("", "Namespace", "namespaces"),
+    );
+    let namespace: DynamicObject = serde_json::from_value(
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": operator_ns}}),
+    )
+    .unwrap();
+    namespaces
+        .create(&PostParams::default(), &namespace)
+        .await
+        .unwrap_or_else(|e| panic!("namespace {operator_ns}: {e}"));
+    for doc in namespaced_rbac(&cx.ns, &operator_ns) {
+        controlplane::apply_object(&cx.be.client, &doc)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    let user = format!("system:serviceaccount:{operator_ns}:browser-controller");
+    let kubeconfig = cx.be.dir.join(&format!("{}.kubeconfig", cx.ns));
+    cx.be.write_kubeconfig_as(&kubeconfig, &user).unwrap();
+    cx.start_operator_with(
+        &kubeconfig,
+        &[
+            "--enable-leader-election",
+            &format!("--leader-election-namespace={operator_ns}"),
+        ],
+    );
+
+    cx.chrome_config().await;
+    cx.until_config("chrome", "Valid", "True").await;
+    cx.kubelet().set(
+        "s1",
+        Script::ExitAfterRunning {
+            container: "seleniferous".into(),
+            exit_code: 0,
+            after: Duration::from_millis(1500),
+        },
+    );
+    cx.create_browser("s1", json!({})).await;
+    let snap = cx.until_running("s1").await;
+    assert!(snap.browser("s1").unwrap()["status"]["podIP"].is_string());
+    let failure = cx.failure_of("s1").await;
+    assert_eq!(failure["reason"], "ContainerTerminated", "{failure}");
+    cx.until_gone("s1").await;
+    cx.until_events("s1", &["PodCreated", "Running", "ContainerTerminated"])
+        .await;
+
+    let browser = json!({
+        "metadata": {"name": "nocfg"},
+        "spec": {"browserName": "chrome", "browserVersion": "1.0"},
+    });
+    cx.create(&browser_resource(cx.layout), browser).await;
+    let message = cx.fails_without_a_pod("nocfg", "ConfigNotFound").await;
+    assert!(message.contains(&cx.ns), "{message}");
+
+    // The Lease is held in the operator's namespace, where the Role grants it.
+    let leases: Api<DynamicObject> = Api::namespaced_with(
+        cx.be.client.clone(),
+        &operator_ns,
+        &resource("coordination.k8s.io", "Lease", "leases"),
+    );
+    let lease = leases.get("controller.selenosis.io").await.unwrap();
+    assert!(
+        lease.data["spec"]["holderIdentity"]
+            .as_str()
+            .is_some_and(|h| !h.is_empty()),
+        "{:?}",
+        lease.data
+    );
+    // Nothing the operator asked for was refused.
+    let log = std::fs::read_to_string(&cx.log).unwrap_or_default();
+    assert!(!log.contains("forbidden"), "{log}");
+}

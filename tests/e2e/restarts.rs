@@ -1,0 +1,223 @@
+//! Restarts and outages: the operator SIGKILLed and restarted, and the API server taken away
+//! during a burst.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use kube::api::DeleteParams;
+use serde_json::json;
+
+use crate::support::host;
+use crate::support::kubelet::Script;
+use crate::{Ctx, Snapshot};
+
+pub(crate) async fn operator_sigkilled_mid_lifecycle_and_restarted(cx: Arc<Ctx>) {
+    cx.start_operator(&[]);
+    cx.chrome_config().await;
+    // `ends` finishes its session while the operator is down; `deleted` is deleted by the
+    // client meanwhile; `late` is created meanwhile.
+    cx.kubelet().set(
+        "ends",
+        Script::ExitAfterRunning {
+            container: "browser".into(),
+            exit_code: 0,
+            after: Duration::from_secs(4),
+        },
+    );
+    cx.create_browser("ends", json!({})).await;
+    cx.create_browser("deleted", json!({})).await;
+    cx.until("both Running", |s| {
+        s.running("ends") && s.running("deleted")
+    })
+    .await;
+    cx.kill_operator();
+    cx.delete_browser("deleted").await;
+    cx.create_browser("late", json!({})).await;
+    // The session ends with nobody watching: the pod's status changes, the Browser does not.
+    cx.until("the browser container of ends terminated", |s| {
+        s.pod("ends").is_some_and(|p| {
+            p["status"]["containerStatuses"]
+                .as_array()
+                .is_some_and(|cs| cs.iter().any(|c| c["state"]["terminated"].is_object()))
+        })
+    })
+    .await;
+    let snap = cx.snapshot().await;
+    assert!(snap.running("ends"));
+    assert!(
+        snap.browser("deleted")
+            .is_some_and(|b| b["metadata"]["deletionTimestamp"].is_string()),
+        "the finalizer holds the Browser while the operator is down"
+    );
+    assert!(snap.pod("late").is_none());
+
+    cx.start_operator(&[]);
+    let failure = cx.failure_of("ends").await;
+    assert_eq!(failure["reason"], "ContainerTerminated");
+    cx.until_gone("ends").await;
+    cx.until_gone("deleted").await;
+    cx.until_running("late").await;
+    cx.delete_browser("late").await;
+    cx.until_gone("late").await;
+    for name in ["ends", "deleted", "late"] {
+        assert_eq!(cx.pod_uids(name).len(), 1, "{name}: one pod, ever");
+    }
+}
+
+/// An API server restart during a burst, with the operator SIGKILLed and restarted as well:
+/// every Browser gets at most one pod (as the API server recorded the creates, and as a
+/// watch that resumes across the outage saw them), every Browser created before or after
+/// the outage has a status within seconds of the API server serving again and settles
+/// (Running, or failed with a reason) within seconds more, `/readyz` is not ready while the
+/// API server is away, and nothing is left once the Browsers are deleted.
+pub(crate) async fn api_server_restart_and_operator_kill_during_a_burst_one_pod_each_and_quick_recovery(
+    cx: Arc<Ctx>,
+) {
+    /// Within this much of the API server serving again, every Browser has a status.
+    const STATUS_BOUND: Duration = Duration::from_secs(5);
+    /// The pod's own start on top: the kubelet simulator resumes its watch (up to 4 s of
+    /// backoff) and walks the pod through its steps.
+    const SETTLE_BOUND: Duration = Duration::from_secs(10);
+    let probe = host::free_port();
+    let health = format!("--health-probe-bind-address=127.0.0.1:{probe}");
+    cx.start_operator(&[&health]);
+    cx.chrome_config().await;
+    let names: Vec<String> = (0..100).map(|i| format!("r{i:03}")).collect();
+    // A third of the sessions end on their own (the sidecar exits), through the outage too.
+    for (i, name) in names.iter().enumerate() {
+        if i % 3 == 0 {
+            cx.kubelet().set(
+                name,
+                Script::ExitAfterRunning {
+                    container: "seleniferous".into(),
+                    exit_code: 0,
+                    after: Duration::from_millis(500 + 50 * i as u64),
+                },
+            );
+        }
+    }
+    let create = |n: String| {
+        let cx = cx.clone();
+        async move { cx.create_browser(&n, json!({})).await }
+    };
+    futures::stream::iter(names.iter().cloned().map(create))
+        .buffer_unordered(50)
+        .collect::<Vec<()>>()
+        .await;
+    let (every, limit) = (Duration::from_millis(100), Duration::from_secs(120));
+    cx.until_within(limit, every, "20 pods", |s| s.pods.len() >= 20)
+        .await;
+    cx.kill_operator();
+    cx.start_operator(&[&health]);
+    // Readiness as a kubelet would probe it, every 100 ms.
+    let probing = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let prober = {
+        let probing = probing.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut samples = Vec::new();
+            while probing.load(std::sync::atomic::Ordering::Relaxed) {
+                let code = host::http_get(probe, "/readyz").map(|(code, _)| code);
+                samples.push((Instant::now(), code));
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            samples
+        })
+    };
+    cx.until_within(limit, every, "the restarted operator ready", |_| {
+        host::http_get(probe, "/readyz").is_some_and(|(code, _)| code == 200)
+    })
+    .await;
+    let away = Instant::now();
+    cx.be.outage().await.expect("API server back");
+    let back = Instant::now();
+    let late: Vec<String> = (0..10).map(|i| format!("late{i}")).collect();
+    futures::stream::iter(late.iter().cloned().map(create))
+        .buffer_unordered(10)
+        .collect::<Vec<()>>()
+        .await;
+    let all: Vec<String> = names.iter().chain(&late).cloned().collect();
+    let has_status = |s: &Snapshot, n: &str| {
+        s.browser(n)
+            .is_none_or(|b| b["status"]["phase"].is_string())
+    };
+    let snap = cx
+        .until_within(STATUS_BOUND, every, "a status on every Browser", |s| {
+            all.iter().all(|n| has_status(s, n))
+        })
+        .await;
+    let statused = back.elapsed();
+    // Settled: Running with its IP, or failed with a reason (and then gone, or going).
+    let settled = |s: &Snapshot, n: &str| {
+        s.browser(n).is_none_or(|b| {
+            let status = &b["status"];
+            (status["phase"] == "Running" && status["podIP"].is_string())
+                || (status["phase"] == "Failed" && status["reason"].is_string())
+        })
+    };
+    cx.until_within(SETTLE_BOUND, every, "every Browser settled", |s| {
+        all.iter().all(|n| settled(s, n))
+    })
+    .await;
+    println!(
+        "    API server away {:.1}s; statuses {:.1}s and settled {:.1}s after it was back; {} of {} Browsers then",
+        (back - away).as_secs_f64(),
+        statused.as_secs_f64(),
+        back.elapsed().as_secs_f64(),
+        snap.browsers.len(),
+        all.len()
+    );
+    probing.store(false, std::sync::atomic::Ordering::Relaxed);
+    let samples = prober.await.expect("readiness prober");
+    let while_away: Vec<Option<u16>> = samples
+        .iter()
+        .filter(|(t, _)| *t > away + Duration::from_secs(1) && *t < back)
+        .map(|(_, code)| *code)
+        .collect();
+    assert!(
+        while_away.contains(&Some(503)),
+        "/readyz while the API server was away: {while_away:?}"
+    );
+    let ready_again = samples
+        .iter()
+        .find(|(t, code)| *t >= back && *code == Some(200))
+        .map(|(t, _)| *t - back);
+    assert!(
+        ready_again.is_some_and(|after| after <= STATUS_BOUND),
+        "/readyz ready again {ready_again:?} after the API server was back"
+    );
+    let remaining: Vec<String> = cx
+        .snapshot()
+        .await
+        .browsers
+        .iter()
+        .filter_map(|b| b["metadata"]["name"].as_str().map(String::from))
+        .collect();
+    for name in &remaining {
+        // The operator may delete a failed one first.
+        match cx.browsers().delete(name, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => panic!("browser {name} deleted: {e}"),
+        }
+    }
+    cx.until_within(limit, every, "all gone", |s| {
+        s.browsers.is_empty() && s.pods.is_empty()
+    })
+    .await;
+    for name in &all {
+        assert!(
+            cx.pod_uids(name).len() <= 1,
+            "{name}: pods {:?}",
+            cx.pod_uids(name)
+        );
+    }
+    if let Some(creates) = cx.be.pod_creates(&cx.ns) {
+        let twice: Vec<_> = creates.iter().filter(|(_, n)| **n > 1).collect();
+        assert!(twice.is_empty(), "pods created more than once: {twice:?}");
+        assert!(
+            !creates.is_empty(),
+            "the API server recorded the pod creates"
+        );
+    }
+}

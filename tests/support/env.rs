@@ -1,0 +1,397 @@
+//! The scenario language of the suites that run the operator inside the test process against
+//! the API server double (compat, lifecycle, metrics): one `Env` holds the server, a kubelet
+//! on `node-1`, the operator and a watcher's view of the Browsers, and speaks in Browsers,
+//! configs and conditions. What only one subject needs (the Go-era sessions of the compat
+//! suite, say) lives next to its scenarios as a further `impl Env`.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use clap::Parser;
+use futures::StreamExt;
+use kube::Client;
+use kube::api::{Api, DynamicObject, PostParams};
+use kube::runtime::watcher;
+use serde_json::{Map, Value, json};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use browser_controller::api::crd::{self, Layout};
+use browser_controller::cli::Cli;
+use browser_controller::metrics::Metrics;
+use browser_controller::operator;
+
+use super::apiserver::ApiServer;
+use super::host;
+use super::kinds::{browser_resource, config_resource, pod_resource};
+use super::kubelet::{Kubelet, KubeletHandle, Script};
+
+pub const NS: &str = "sessions";
+pub const WAIT: Duration = Duration::from_secs(20);
+
+/// One API server double with CRDs installed, a kubelet, and (once started) the operator.
+pub struct Env {
+    pub server: ApiServer,
+    pub client: Client,
+    /// The layout Browsers and configs are made in unless a scenario names another.
+    pub layout: Layout,
+    /// Shared by every run of the operator in this Env, so a restart keeps counting.
+    pub metrics: Arc<Metrics>,
+    pub kubelet: KubeletHandle,
+    stop: Option<oneshot::Sender<()>>,
+    operator: Option<JoinHandle<()>>,
+    events: Arc<Mutex<Vec<Value>>>,
+}
+
+/// How an [`Env`] is set up: by default a fresh server with our CRDs of the default layout.
+pub struct EnvBuilder {
+    server: ApiServer,
+    layout: Layout,
+    crds: Option<Vec<Value>>,
+}
+
+impl Env {
+    pub fn builder() -> EnvBuilder {
+        EnvBuilder {
+            server: ApiServer::new(),
+            layout: Layout::Default,
+            crds: None,
+        }
+    }
+
+    /// The common case: our default-layout CRDs, the Browsers watched, the operator running
+    /// with `flags`.
+    pub async fn start(flags: &[&str]) -> Env {
+        Env::builder().start(flags).await
+    }
+}
+
+impl EnvBuilder {
+    /// A server the test prepared (an older cluster, say).
+    pub fn server(mut self, server: ApiServer) -> Self {
+        self.server = server;
+        self
+    }
+
+    /// The layout whose CRDs are installed (unless [`EnvBuilder::crds`] says otherwise) and
+    /// in which Browsers and configs are made.
+    pub fn layout(mut self, layout: Layout) -> Self {
+        self.layout = layout;
+        self
+    }
+
+    /// Installs exactly `crds` (several layouts, or someone else's) instead of ours.
+    pub fn crds(mut self, crds: Vec<Value>) -> Self {
+        self.crds = Some(crds);
+        self
+    }
+
+    /// The server and kubelet, without the operator: the scenario prepares the cluster first.
+    pub fn build(self) -> Env {
+        let crds = self.crds.unwrap_or_else(|| crd::crds(self.layout));
+        for crd in &crds {
+            self.server.install_crd(crd).expect("CRD installs");
+        }
+        let client = self.server.client();
+        let kubelet = Kubelet::start(client.clone(), "node-1", Script::Run);
+        Env {
+            server: self.server,
+            client,
+            layout: self.layout,
+            metrics: Arc::new(Metrics::new()),
+            kubelet,
+            stop: None,
+            operator: None,
+            events: Arc::new(Mutex::new(Vec::new())),
+        }
+    }
+
+    /// Builds, watches the Browsers and starts the operator with `flags`.
+    pub async fn start(self, flags: &[&str]) -> Env {
+        let mut env = self.build();
+        env.record_browser_events();
+        env.start_operator(flags);
+        env
+    }
+}
+
+/// A Browser to create: Chrome 139.0 in the Env's layout, unless told otherwise.
+pub struct NewBrowser {
+    name: String,
+    layout: Option<Layout>,
+    spec: Value,
+    labels: Option<Value>,
+    annotations: Option<Value>,
+}
+
+pub fn new_browser(name: &str) -> NewBrowser {
+    NewBrowser {
+        name: name.into(),
+        layout: None,
+        spec: json!({"browserName": "chrome", "browserVersion": "139.0"}),
+        labels: None,
+        annotations: None,
+    }
+}
+
+impl NewBrowser {
+    pub fn layout(mut self, layout: Layout) -> Self {
+        self.layout = Some(layout);
+        self
+    }
+
+    pub fn spec(mut self, spec: Value) -> Self {
+        self.spec = spec;
+        self
+    }
+
+    pub fn version(mut self, version: &str) -> Self {
+        self.spec["browserVersion"] = json!(version);
+        self
+    }
+
+    pub fn labels(mut self, labels: Value) -> Self {
+        self.labels = Some(labels);
+        self
+    }
+
+    pub fn annotations(mut self, annotations: Value) -> Self {
+        self.annotations = Some(annotations);
+        self
+    }
+}
+
+/// The config every suite runs Chrome 139.0 with: the browser and a seleniferous sidecar.
+pub fn chrome_spec() -> Value {
+    json!({
+        "template": {
+            "sidecars": [{"name": "seleniferous", "image": "alcounit/seleniferous:v2", "ports": [{"containerPort": 4445}]}],
+            "ports": [{"containerPort": 4444}],
+        },
+        "browsers": {"chrome": {"139.0": {"image": "selenium/standalone-chrome:139.0"}}}
+    })
+}
+
+pub fn is_running(b: &Option<Value>) -> bool {
+    b.as_ref()
+        .is_some_and(|b| b["status"]["phase"] == "Running")
+}
+
+pub fn condition<'a>(conditions: &'a [Value], kind: &str) -> Option<&'a Value> {
+    conditions.iter().find(|c| c["type"] == kind)
+}
+
+/// The value of the sample named exactly `series` (name and labels).
+pub fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .filter_map(|l| l.rsplit_once(' '))
+        .find(|(name, _)| *name == series)
+        .and_then(|(_, v)| v.parse().ok())
+}
+
+impl Env {
+    /// Starts the operator as the binary would with `flags`, on ephemeral ports: a scenario
+    /// that scrapes `/metrics` passes its own `--metrics-addr`.
+    pub fn start_operator(&mut self, flags: &[&str]) {
+        let mut argv = vec!["browser-controller", "--health-probe-bind-address=0"];
+        if !flags.iter().any(|f| f.starts_with("--metrics-addr")) {
+            argv.push("--metrics-addr=0");
+        }
+        argv.extend_from_slice(flags);
+        let args = Cli::try_parse_from(argv).expect("flags parse").run;
+        let (tx, rx) = oneshot::channel::<()>();
+        let client = self.client.clone();
+        let metrics = self.metrics.clone();
+        self.stop = Some(tx);
+        self.operator = Some(tokio::spawn(async move {
+            let stop = async move {
+                let _ = rx.await;
+            };
+            operator::run_with_client(client, args, metrics, stop)
+                .await
+                .expect("operator runs");
+        }));
+    }
+
+    /// Stops the operator as SIGTERM does and waits for it to end.
+    pub async fn stop_operator(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(handle) = self.operator.take() {
+            tokio::time::timeout(WAIT, handle)
+                .await
+                .expect("operator stops in time")
+                .expect("operator task ends cleanly");
+        }
+    }
+
+    /// Every watch event of Browsers in the Env's layout, as a client (the hub,
+    /// `kubectl get -w`) sees them.
+    pub fn record_browser_events(&self) {
+        let api: Api<DynamicObject> =
+            Api::all_with(self.client.clone(), &browser_resource(self.layout));
+        let events = self.events.clone();
+        tokio::spawn(async move {
+            let mut stream = watcher(api, watcher::Config::default()).boxed();
+            while let Some(Ok(event)) = stream.next().await {
+                if let watcher::Event::Apply(obj) | watcher::Event::InitApply(obj) = event
+                    && let Ok(v) = serde_json::to_value(&obj)
+                {
+                    events.lock().unwrap().push(v);
+                }
+            }
+        });
+    }
+
+    /// The statuses a watcher saw for `name`, in order.
+    pub fn seen_statuses(&self, name: &str) -> Vec<Value> {
+        self.events
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|o| o["metadata"]["name"] == name)
+            .filter_map(|o| o.get("status").cloned())
+            .collect()
+    }
+
+    /// The first failed status a watcher saw for `name`.
+    pub async fn failure_of(&self, name: &str) -> Value {
+        self.until(&format!("{name} to fail"), |e| {
+            e.seen_statuses(name).iter().any(|s| s["phase"] == "Failed")
+        })
+        .await;
+        self.seen_statuses(name)
+            .into_iter()
+            .find(|s| s["phase"] == "Failed")
+            .unwrap()
+    }
+
+    pub fn browsers(&self) -> Api<DynamicObject> {
+        self.browsers_in(self.layout)
+    }
+
+    pub fn browsers_in(&self, layout: Layout) -> Api<DynamicObject> {
+        Api::namespaced_with(self.client.clone(), NS, &browser_resource(layout))
+    }
+
+    pub fn configs(&self) -> Api<DynamicObject> {
+        Api::namespaced_with(self.client.clone(), NS, &config_resource(self.layout))
+    }
+
+    pub fn pods(&self) -> Api<DynamicObject> {
+        Api::namespaced_with(self.client.clone(), NS, &pod_resource())
+    }
+
+    pub async fn create_browser(&self, browser: NewBrowser) {
+        let layout = browser.layout.unwrap_or(self.layout);
+        let mut metadata = Map::new();
+        metadata.insert("name".into(), json!(browser.name));
+        metadata.insert("namespace".into(), json!(NS));
+        if let Some(labels) = browser.labels {
+            metadata.insert("labels".into(), labels);
+        }
+        if let Some(annotations) = browser.annotations {
+            metadata.insert("annotations".into(), annotations);
+        }
+        let obj: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": browser_resource(layout).api_version, "kind": "Browser",
+            "metadata": metadata,
+            "spec": browser.spec,
+        }))
+        .unwrap();
+        self.browsers_in(layout)
+            .create(&PostParams::default(), &obj)
+            .await
+            .expect("browser created");
+    }
+
+    pub async fn create_config(&self, name: &str, spec: Value) {
+        self.create_config_in(self.layout, name, spec).await;
+    }
+
+    pub async fn create_config_in(&self, layout: Layout, name: &str, spec: Value) {
+        let ar = config_resource(layout);
+        let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), NS, &ar);
+        let obj: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": ar.api_version, "kind": "BrowserConfig",
+            "metadata": {"name": name, "namespace": NS},
+            "spec": spec,
+        }))
+        .unwrap();
+        api.create(&PostParams::default(), &obj)
+            .await
+            .expect("config created");
+    }
+
+    /// The config named `chrome` with [`chrome_spec`].
+    pub async fn chrome_config(&self) {
+        self.create_config("chrome", chrome_spec()).await;
+    }
+
+    pub fn browser(&self, name: &str) -> Option<Value> {
+        self.server.get("browsers", NS, name)
+    }
+
+    pub fn pod(&self, name: &str) -> Option<Value> {
+        self.server.get("pods", NS, name)
+    }
+
+    /// Waits until `check` holds, polling the server state; on timeout it shows the
+    /// Browsers, the pods and the operator's metrics.
+    pub async fn until(&self, what: &str, check: impl Fn(&Env) -> bool) {
+        host::until_async(
+            what,
+            WAIT,
+            || check(self),
+            || {
+                format!(
+                    "browsers: {:#?}; pods: {:#?}; metrics:\n{}",
+                    self.server.list("browsers", NS),
+                    self.server.list("pods", NS),
+                    self.metrics.encode().unwrap()
+                )
+            },
+        )
+        .await;
+    }
+
+    pub async fn until_gone(&self, name: &str) {
+        self.until(&format!("{name} and its pod to be gone"), |e| {
+            e.browser(name).is_none() && e.pod(name).is_none()
+        })
+        .await;
+    }
+
+    /// Waits until BrowserConfig `name` carries a condition of type `kind`.
+    pub async fn until_config_condition(&self, name: &str, kind: &str) {
+        self.until(&format!("the {kind} condition of {name}"), |e| {
+            e.server
+                .get("browserconfigs", NS, name)
+                .and_then(|c| c["status"]["conditions"].as_array().cloned())
+                .is_some_and(|cs| condition(&cs, kind).is_some())
+        })
+        .await;
+    }
+
+    /// Waits until the operator's own exposition shows `series` at `value`.
+    pub async fn until_metric(&self, series: &str, value: f64) {
+        self.until(&format!("{series} = {value}"), |e| {
+            sample(&e.metrics.encode().unwrap(), series) == Some(value)
+        })
+        .await;
+    }
+
+    /// Reasons of the Events about object `name`, sorted.
+    pub fn event_reasons(&self, name: &str) -> Vec<String> {
+        let mut reasons: Vec<String> = self
+            .server
+            .list("events.events.k8s.io", NS)
+            .iter()
+            .filter(|e| e["regarding"]["name"] == name)
+            .filter_map(|e| e["reason"].as_str().map(String::from))
+            .collect();
+        reasons.sort();
+        reasons
+    }
+}
