@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use kube::Resource;
 use kube::api::DynamicObject;
 use kube::core::ApiResource;
+use kube::runtime::watcher;
 
 use super::cached::{CachedBrowser, CachedPod};
 
@@ -82,13 +83,14 @@ impl Fresher {
     /// Whether a watch event of a Browser only shows what the operator's own last write
     /// already returned (its echo, or an older version): a reconcile on it would find nothing
     /// new. The echo itself means the cache caught up, so what was kept of the write goes.
-    pub(super) fn browser_echo(&self, cached: &CachedBrowser) -> bool {
-        echo(&self.browsers, cached)
+    pub(super) fn browser_echo(&self, event: &watcher::Event<CachedBrowser>) -> bool {
+        matches!(event, watcher::Event::Apply(b) if echo(&self.browsers, b))
     }
 
-    /// [`Fresher::browser_echo`] for pods.
-    pub(super) fn pod_echo(&self, cached: &CachedPod) -> bool {
-        echo(&self.pods, cached)
+    /// [`Fresher::browser_echo`] for pods. A deletion is never an echo, whatever version it
+    /// carries: no write of the operator returns a pod that is gone.
+    pub(super) fn pod_echo(&self, event: &watcher::Event<CachedPod>) -> bool {
+        matches!(event, watcher::Event::Apply(p) if echo(&self.pods, p))
     }
 
     /// The Browser watch saw the Browser `uid` deleted: nothing of it is needed any more.
@@ -285,15 +287,38 @@ mod tests {
     fn echoes_of_our_writes_and_older_versions_are_told_apart_from_news() {
         let f = Fresher::default();
         f.remember_browser("ns", "s1", Known::Object(obj("10", "u")));
-        assert!(f.browser_echo(&browser("9", "u")), "older than our write");
-        assert!(!f.browser_echo(&browser("10", "other")), "another Browser");
-        assert!(f.browser_echo(&browser("10", "u")), "our write's echo");
+        let applied = |b| watcher::Event::Apply(b);
+        assert!(
+            f.browser_echo(&applied(browser("9", "u"))),
+            "older than our write"
+        );
+        assert!(
+            !f.browser_echo(&applied(browser("10", "other"))),
+            "another Browser"
+        );
+        assert!(
+            f.browser_echo(&applied(browser("10", "u"))),
+            "our write's echo"
+        );
         // The cache caught up: what was kept of the write is gone, later changes are news.
         assert_eq!(f.len(), (0, 0));
-        assert!(!f.browser_echo(&browser("11", "u")));
+        assert!(!f.browser_echo(&applied(browser("11", "u"))));
         f.remember_pod("ns", "s1", Known::Object(obj("20", "p")));
-        assert!(!f.pod_echo(&pod("21", "p")), "a kubelet's update");
-        assert!(f.pod_echo(&pod("20", "p")));
+        assert!(
+            !f.pod_echo(&watcher::Event::Apply(pod("21", "p"))),
+            "a kubelet's update"
+        );
+        assert!(f.pod_echo(&watcher::Event::Apply(pod("20", "p"))));
+    }
+
+    #[test]
+    fn the_deletion_of_a_pod_the_operator_last_wrote_is_news() {
+        // The pod the operator's delete returned (terminating) is removed without a further
+        // change: the deletion may carry the very version the operator remembers.
+        let f = Fresher::default();
+        f.remember_pod("ns", "s1", Known::Object(obj("30", "p")));
+        assert!(!f.pod_echo(&watcher::Event::Delete(pod("30", "p"))));
+        assert!(f.pod_echo(&watcher::Event::Apply(pod("30", "p"))));
     }
 
     #[test]

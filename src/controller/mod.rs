@@ -253,8 +253,10 @@ pub async fn run_scope(
     .inspect(watch::observe(browsers_health, listed(failures.clone())));
     // Echoes of the operator's own writes trigger nothing: they tell it nothing new.
     let echoes = fresher.clone();
-    let browsers = watch::live_changes(browsers, false)
-        .filter(move |b| ready(!b.as_ref().is_ok_and(|b| echoes.browser_echo(b))));
+    let browsers = watch::live_changes(
+        browsers.filter(move |e| ready(!e.as_ref().is_ok_and(|e| echoes.browser_echo(e)))),
+        false,
+    );
 
     let pods_health = shared.watch_health("pods");
     let pod_writer = Writer::<CachedPod>::new(kinds.pod.clone());
@@ -275,8 +277,10 @@ pub async fn run_scope(
         listed(failures.clone()),
     ));
     let echoes = fresher.clone();
-    let pods = watch::live_changes(pods, true)
-        .filter(move |p| ready(!p.as_ref().is_ok_and(|p| echoes.pod_echo(p))));
+    let pods = watch::live_changes(
+        pods.filter(move |e| ready(!e.as_ref().is_ok_and(|e| echoes.pod_echo(e)))),
+        true,
+    );
 
     let configs_health = shared.watch_health("browserconfigs");
     let config_writer = Writer::<DynamicObject>::new(kinds.browserconfig.clone());
