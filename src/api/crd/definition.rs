@@ -98,7 +98,7 @@ fn crd(
 #[cfg(test)]
 mod tests {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     use crate::api::crd::Layout;
     use crate::api::crd::test_support::*;
@@ -136,10 +136,9 @@ mod tests {
         }
     }
 
-    #[test]
-    fn browser_printer_columns_in_order() {
-        let crd = find(Layout::Default, "Browser");
-        let columns: Vec<(&str, &str, &str, i64)> = version(&crd)["additionalPrinterColumns"]
+    /// Name, type, JSON path and priority of each printer column of the CRD's version.
+    fn printer_columns(crd: &Value) -> Vec<(&str, &str, &str, i64)> {
+        version(crd)["additionalPrinterColumns"]
             .as_array()
             .unwrap()
             .iter()
@@ -151,7 +150,13 @@ mod tests {
                     c["priority"].as_i64().unwrap_or(0),
                 )
             })
-            .collect();
+            .collect()
+    }
+
+    #[test]
+    fn browser_printer_columns_in_order() {
+        let crd = find(Layout::Default, "Browser");
+        let columns = printer_columns(&crd);
         assert_eq!(
             columns,
             [
@@ -200,19 +205,7 @@ mod tests {
             status["properties"]["conditions"]["x-kubernetes-list-type"],
             "map"
         );
-        let columns: Vec<(&str, &str, &str, i64)> = version(&crd)["additionalPrinterColumns"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|c| {
-                (
-                    c["name"].as_str().unwrap(),
-                    c["type"].as_str().unwrap(),
-                    c["jsonPath"].as_str().unwrap(),
-                    c["priority"].as_i64().unwrap_or(0),
-                )
-            })
-            .collect();
+        let columns = printer_columns(&crd);
         assert_eq!(
             columns,
             [
