@@ -28,6 +28,7 @@ use tracing::{Instrument, debug, info_span, warn};
 
 use super::events::ConfigEvents;
 use super::openapi::PodSchemas;
+use super::prepull::sync as prepull_sync;
 use super::prepull::{self, PREPULL_CACHE_WAIT, PrePull};
 use super::scope::scoped_api;
 use super::verdicts::{REFUSED_RETRY_MAX, Verdict, Verdicts};
@@ -45,7 +46,6 @@ use crate::metrics::Metrics;
 use crate::pod::schema::PodSchema;
 use crate::prepull::progress;
 use crate::prepull::render::HelperImages;
-use crate::prepull::sync as prepull_sync;
 
 /// Version used to render a `"*"` entry for its dry run (a valid label value).
 const SAMPLE_VERSION: &str = "latest";

@@ -3,6 +3,8 @@
 //! config's DaemonSets to its entries (with Events on the config), and the sweep of the
 //! DaemonSets whose config is gone.
 
+pub(super) mod sync;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,7 +24,7 @@ use crate::api::{keys, kinds};
 use crate::config::report;
 use crate::metrics::Metrics;
 use crate::prepull::render::HelperImages;
-use crate::prepull::{progress, render as prepull_render, sync as prepull_sync};
+use crate::prepull::{progress, render as prepull_render};
 
 /// The pre-pull DaemonSets of one scope, with `--enable-prepull`.
 pub(super) struct PrePull {
@@ -45,7 +47,7 @@ pub(super) async fn pre_pull(
     metrics: &Metrics,
     api_version: &str,
     config: &DynamicObject,
-) -> Result<Option<(report::PrePullFinding, bool)>, prepull_sync::SyncError> {
+) -> Result<Option<(report::PrePullFinding, bool)>, sync::SyncError> {
     let Some(prepull) = prepull else {
         let plan = prepull_render::plan(config, api_version, &HelperImages::default());
         return Ok(plan.requested().then(|| (progress::disabled(), false)));
@@ -55,8 +57,8 @@ pub(super) async fn pre_pull(
     let ns = config.metadata.namespace.as_deref().unwrap_or("default");
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &prepull.resource);
     let cached = prepull.store.state();
-    let owned = prepull_sync::owned_by(&cached, uid);
-    let changes = prepull_sync::sync(&api, &plan, &owned, metrics).await?;
+    let owned = sync::owned_by(&cached, uid);
+    let changes = sync::sync(&api, &plan, &owned, metrics).await?;
     for (name, images) in &changes.created {
         let note = format!("DaemonSet {name} pulls {}", images_phrase(*images));
         events
@@ -85,7 +87,7 @@ pub(super) async fn pre_pull(
     }
     // What was just written reaches the cache later; its watch event reconciles again.
     let cached = prepull.store.state();
-    let owned = prepull_sync::owned_by(&cached, uid);
+    let owned = sync::owned_by(&cached, uid);
     let refused = !changes.failures.is_empty();
     Ok(progress::finding(&plan, &owned, &changes.failures).map(|f| (f, refused)))
 }
@@ -186,7 +188,7 @@ pub(super) async fn sweep_loop(
             retry = None;
             continue;
         }
-        let swept = prepull_sync::sweep(
+        let swept = sync::sweep(
             &client,
             &resource,
             &daemon_sets.state(),

@@ -11,12 +11,12 @@ use kube::core::ApiResource;
 use kube::{Client, ResourceExt};
 use tracing::{debug, info, warn};
 
-use super::progress;
-use super::render::Plan;
 use crate::api::error::describe;
 use crate::api::keys;
 use crate::lifecycle::rejection::{self, Remedy};
 use crate::metrics::Metrics;
+use crate::prepull::progress;
+use crate::prepull::render::Plan;
 
 /// What a sync changed, and what the cluster refused.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
