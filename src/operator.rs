@@ -22,7 +22,7 @@ use crate::controller::discovery::{self, DiscoveryError};
 use crate::controller::openapi::PodSchemas;
 use crate::controller::{self, Shared};
 use crate::leader::{Election, LeaderError, LostLease, Role};
-use crate::lifecycle::decide::Settings;
+use crate::lifecycle::plan::Settings;
 use crate::metrics::Metrics;
 use crate::permissions::{self, PermissionError};
 use crate::server::{self, Probes, ServeError};

@@ -22,9 +22,10 @@ use super::execute::{ExecuteError, Executed, Target};
 use super::fresher::Known;
 use super::{ReconcileError, Scope, Shared, stages};
 use crate::api::browser::{BrowserStatus, Phase};
-use crate::lifecycle::decide::{self, Observed, PodCreation};
+use crate::lifecycle::decide::{self, Observed};
 use crate::lifecycle::desired;
 use crate::lifecycle::milestones;
+use crate::lifecycle::plan::{Plan, PodCreation};
 use crate::lifecycle::rejection;
 use crate::metrics::Stage;
 
@@ -205,7 +206,7 @@ async fn finish(
     ns: &str,
     name: &str,
     view: &View,
-    plan: &decide::Plan,
+    plan: &Plan,
     mut executed: Executed,
     schema: Option<&crate::pod::schema::PodSchema>,
 ) -> Result<Action, ReconcileError> {
@@ -295,7 +296,7 @@ fn let_go(scope: &Scope, ns: &str, name: &str, browser: &DynamicObject) {
 }
 
 /// What a reconcile decided to write, at debug level (cheap: flags and the phase only).
-fn log_plan(plan: &decide::Plan) {
+fn log_plan(plan: &Plan) {
     let status = plan.status.as_ref().map(BrowserStatus::new);
     debug!(
         ensure_metadata = plan.ensure_metadata,
@@ -312,7 +313,7 @@ fn log_plan(plan: &decide::Plan) {
 }
 
 /// The `running` startup stage, in the one reconcile that first publishes `Running`.
-fn observe_running(shared: &Shared, browser: &DynamicObject, plan: &decide::Plan) {
+fn observe_running(shared: &Shared, browser: &DynamicObject, plan: &Plan) {
     let current = browser.data.get("status").unwrap_or(&Value::Null);
     if let Some(desired) = &plan.status
         && milestones::publishes_running(current, desired)
@@ -324,7 +325,7 @@ fn observe_running(shared: &Shared, browser: &DynamicObject, plan: &decide::Plan
     }
 }
 
-fn publish_failures(shared: &Shared, plan: &decide::Plan) {
+fn publish_failures(shared: &Shared, plan: &Plan) {
     if let Some(reason) = plan
         .status
         .as_ref()

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use crate::api::error::describe;
 use crate::api::keys;
 use crate::config::report;
-use crate::lifecycle::decide::Event;
+use crate::lifecycle::plan::Event;
 use crate::metrics::Metrics;
 
 /// Events queued for publishing at most; more are dropped.

@@ -45,7 +45,7 @@ use tracing::{debug, info, warn};
 use crate::api::error::describe;
 use crate::api::keys;
 use crate::api::kinds::Kinds;
-use crate::lifecycle::decide::Settings;
+use crate::lifecycle::plan::Settings;
 use crate::metrics::Metrics;
 use cached::{CachedBrowser, CachedPod};
 use events::EventSink;

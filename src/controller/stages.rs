@@ -70,7 +70,8 @@ pub fn observe_scheduling(
 mod tests {
     use super::*;
     use crate::api::keys;
-    use crate::lifecycle::decide::{self, Observed, Settings};
+    use crate::lifecycle::decide::{self, Observed};
+    use crate::lifecycle::plan::Settings;
     use serde_json::Value;
 
     fn pod_resource() -> kube::core::ApiResource {

@@ -1,7 +1,7 @@
 //! The reconcile decision (docs/behaviour.md, "Lifecycle"): from the Browser, its Pod (or its
 //! confirmed absence), the outcome of rendering a pod for it, and the time, decide every write
-//! and when to look again. Nothing here talks to the API; `execute` performs the returned
-//! [`Plan`].
+//! and when to look again. Nothing here talks to the API; `controller::execute` performs the
+//! returned [`Plan`].
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -10,6 +10,7 @@ use jiff::{SignedDuration, Timestamp};
 use kube::api::DynamicObject;
 use serde_json::Value;
 
+use super::plan::{Event, Plan, PodAdoption, PodCreation, PodDelete, Settings};
 use super::reason::Reason;
 use super::status::{self, Failure, StatusBuilder};
 use crate::api::browser::{Browser, Phase, SpecField};
@@ -17,105 +18,9 @@ use crate::api::keys;
 use crate::duration;
 use crate::pod::names;
 
-/// Timeouts and retention (docs/operations.md, "Flags and environment").
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Settings {
-    pub creation_timeout: Duration,
-    pub deletion_timeout: Duration,
-    pub max_lifetime: Option<Duration>,
-    pub failed_retention: Duration,
-    /// Safety net: a healthy Browser is looked at again after this long even without events.
-    pub resync: Duration,
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Self {
-            creation_timeout: Duration::from_secs(300),
-            deletion_timeout: Duration::from_secs(300),
-            max_lifetime: None,
-            failed_retention: Duration::ZERO,
-            resync: Duration::from_secs(3600),
-        }
-    }
-}
-
 /// How long to wait before looking at a foreign pod that is terminating again: such pods
 /// carry no label of ours, so no watch event announces their removal.
 const FOREIGN_POD_POLL: Duration = Duration::from_secs(1);
-
-/// The pod a Browser should get, or why it cannot get one (config not found, invalid
-/// options, invalid config).
-#[derive(Debug, Clone, PartialEq)]
-pub enum PodCreation {
-    /// The pod to apply, and the paths of the fields removed from it because the cluster's
-    /// Pod schema does not declare them.
-    Render {
-        pod: Value,
-        removed: Vec<String>,
-    },
-    Fail(Failure),
-}
-
-/// How to delete the pod: always guarded by its UID.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PodDelete {
-    pub uid: String,
-    /// `Some(0)` forces; `None` uses the pod's own grace period.
-    pub grace_seconds: Option<i64>,
-}
-
-/// An Event to record on the Browser (docs/behaviour.md, "Events").
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Event {
-    pub warning: bool,
-    pub reason: String,
-    pub note: String,
-    pub action: &'static str,
-}
-
-/// Labels to put on a pod this Browser controls that lacks the operator's labels (a pod a
-/// Go browser-controller created): a metadata-only write that brings it into the pod watch.
-/// The pod spec is never touched.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PodAdoption {
-    /// Precondition: the pod that was observed, not a successor of the same name.
-    pub uid: String,
-    pub labels: BTreeMap<String, String>,
-}
-
-/// Everything one reconcile writes, in execution order: metadata, pod adoption, pod,
-/// status, pod deletion, Browser deletion, finalizer release.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Plan {
-    /// Apply the finalizer and the `selenosis.io/browser*` labels in one write.
-    pub ensure_metadata: bool,
-    pub adopt_pod: Option<PodAdoption>,
-    pub create_pod: Option<Value>,
-    /// The full desired status; `None` when what is there is already right.
-    pub status: Option<Value>,
-    pub delete_pod: Option<PodDelete>,
-    pub delete_browser: bool,
-    pub release_finalizer: bool,
-    pub events: Vec<Event>,
-    /// When to look again without an event (the next deadline).
-    pub requeue_after: Option<Duration>,
-}
-
-impl Plan {
-    fn requeue_at(&mut self, now: Timestamp, deadline: Timestamp) {
-        let wait = deadline.duration_since(now);
-        let wait = Duration::try_from(wait).unwrap_or(Duration::ZERO);
-        self.requeue_within(wait.max(Duration::from_millis(10)));
-    }
-
-    fn requeue_within(&mut self, wait: Duration) {
-        self.requeue_after = Some(match self.requeue_after {
-            Some(current) => current.min(wait),
-            None => wait,
-        });
-    }
-}
 
 /// Whether the operator's finalizer is on `browser`.
 pub fn holds_finalizer(browser: &DynamicObject) -> bool {

@@ -8,7 +8,7 @@ use std::borrow::Borrow;
 use kube::api::DynamicObject;
 use kube::core::ApiResource;
 
-use super::decide::PodCreation;
+use super::plan::PodCreation;
 use super::reason::Reason;
 use super::status::Failure;
 use crate::api::browser::{Browser, SpecField};

@@ -5,6 +5,7 @@
 pub mod decide;
 pub mod desired;
 pub mod milestones;
+pub mod plan;
 pub mod reason;
 pub mod rejection;
 pub mod status;
