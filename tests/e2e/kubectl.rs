@@ -7,7 +7,7 @@ use serde_json::json;
 use browser_controller::api::keys;
 
 use crate::support::kinds::config_resource;
-use crate::{Ctx, header};
+use crate::{Ctx, first_row, header};
 
 pub(crate) async fn kubectl_get_shows_printer_columns_and_describe_shows_events(cx: Arc<Ctx>) {
     cx.start_operator(&[]);
@@ -38,12 +38,7 @@ pub(crate) async fn kubectl_get_shows_printer_columns_and_describe_shows_events(
         ],
         "{get}"
     );
-    let row: Vec<&str> = get
-        .lines()
-        .nth(1)
-        .unwrap_or("")
-        .split_whitespace()
-        .collect();
+    let row = first_row(&get);
     assert_eq!(
         row[..5],
         ["k1", "chrome", "139.0", "Running", ip.as_str()],
@@ -65,12 +60,7 @@ pub(crate) async fn kubectl_get_shows_printer_columns_and_describe_shows_events(
         "{wide}"
     );
     // No reason yet: the cell is empty (null in the Table).
-    let row: Vec<&str> = wide
-        .lines()
-        .nth(1)
-        .unwrap_or("")
-        .split_whitespace()
-        .collect();
+    let row = first_row(&wide);
     assert_eq!(
         row[..5],
         ["k1", "chrome", "139.0", "Running", ip.as_str()],
@@ -88,12 +78,7 @@ pub(crate) async fn kubectl_get_shows_printer_columns_and_describe_shows_events(
         ["NAME", "VALID", "READY", "ENTRIES", "PREPULLED", "AGE"],
         "{get}"
     );
-    let row: Vec<&str> = get
-        .lines()
-        .nth(1)
-        .unwrap_or("")
-        .split_whitespace()
-        .collect();
+    let row = first_row(&get);
     assert_eq!(row[..4], ["chrome", "True", "True", "1"], "{get}");
     assert_eq!(row.len(), 5, "no PrePulled value, then the age: {get}");
     let wide = cx.kubectl(&["get", &configs, "-o", "wide"]).await.unwrap();
@@ -110,12 +95,7 @@ pub(crate) async fn kubectl_get_shows_printer_columns_and_describe_shows_events(
         ],
         "{wide}"
     );
-    let row: Vec<&str> = wide
-        .lines()
-        .nth(1)
-        .unwrap_or("")
-        .split_whitespace()
-        .collect();
+    let row = first_row(&wide);
     let config = cx
         .api(&config_resource(cx.layout))
         .get("chrome")

@@ -770,6 +770,15 @@ async fn record(
     }
 }
 
+/// The cells of the first row under the header of kubectl's table output.
+fn first_row(out: &str) -> Vec<&str> {
+    out.lines()
+        .nth(1)
+        .unwrap_or("")
+        .split_whitespace()
+        .collect()
+}
+
 /// The header cells of a kubectl table.
 fn header(out: &str) -> Vec<String> {
     out.lines()

@@ -12,7 +12,7 @@ use browser_controller::api::keys;
 
 use crate::support::controlplane;
 use crate::support::kinds::config_resource;
-use crate::{Ctx, Kind, WAIT, header, poll, repo, resource};
+use crate::{Ctx, Kind, WAIT, first_row, header, poll, repo, resource};
 
 /// `rbac/prepull/namespaced.yaml` as a user installs it for the watched namespace `ns`.
 fn prepull_rbac(ns: &str) -> Vec<Value> {
@@ -230,12 +230,7 @@ pub(crate) async fn prepull_daemon_sets_follow_the_config_and_report_progress(cx
             ["NAME", "VALID", "READY", "ENTRIES", "PREPULLED", "AGE"],
             "{get}"
         );
-        let row: Vec<&str> = get
-            .lines()
-            .nth(1)
-            .unwrap_or("")
-            .split_whitespace()
-            .collect();
+        let row = first_row(&get);
         assert_eq!(row[..5], ["chrome", "True", "True", "3", "True"], "{get}");
     }
 
