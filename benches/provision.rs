@@ -381,6 +381,7 @@ impl Fixture {
             &template,
             &[config_object],
             &kinds.browser,
+            &browser_controller::pod::policy::Policy::default(),
             None,
             |_, _, _| None,
         ) {

@@ -10,6 +10,8 @@ use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
 
 use crate::api::crd::KubernetesVersion;
 use crate::duration;
+use crate::pod::policy::{Fence, Policy};
+use crate::pod::security::Level;
 use crate::prepull::render::{DEFAULT_HELPER_IMAGE, DEFAULT_PAUSE_IMAGE, HelperImages};
 
 /// What `--help` says about running without a subcommand.
@@ -73,9 +75,76 @@ pub struct RenderArgs {
     pub prepull: bool,
     #[command(flatten)]
     pub prepull_images: PrePullImageArgs,
+    #[command(flatten)]
+    pub policy: PolicyArgs,
     /// Output format.
     #[arg(long, short = 'o', value_enum, default_value_t = OutputFormat::Yaml)]
     pub output: OutputFormat,
+}
+
+/// What the admin lets into browser pods (docs/security.md): the pod security ceiling, and
+/// which label and annotation prefixes Browsers and session options may bring.
+#[derive(Debug, Clone, Default, Args)]
+pub struct PolicyArgs {
+    /// The Pod Security Standard every browser pod must meet: an entry above it is invalid and
+    /// its Browsers fail with InvalidConfig. `restricted` also fills in what the standard
+    /// requires where the BrowserConfig leaves it unset.
+    #[arg(long, env = "POD_SECURITY_LEVEL", value_enum, default_value_t = PodSecurityLevel::Baseline)]
+    pub pod_security_level: PodSecurityLevel,
+
+    /// Further label prefixes (a domain covers its subdomains) that session options may not
+    /// set and Browser labels do not bring to the pod; repeat or comma-separate.
+    #[arg(
+        long = "reserved-label-prefix",
+        env = "RESERVED_LABEL_PREFIXES",
+        value_delimiter = ',',
+        value_name = "PREFIX"
+    )]
+    pub reserved_label_prefixes: Vec<String>,
+
+    /// Further annotation prefixes a Browser's annotations do not bring to the pod.
+    #[arg(
+        long = "denied-annotation-prefix",
+        env = "DENIED_ANNOTATION_PREFIXES",
+        value_delimiter = ',',
+        value_name = "PREFIX"
+    )]
+    pub denied_annotation_prefixes: Vec<String>,
+
+    /// Annotation prefixes a Browser may bring to its pod although a built-in rule denies them
+    /// (e.g. sidecar.istio.io).
+    #[arg(
+        long = "allowed-annotation-prefix",
+        env = "ALLOWED_ANNOTATION_PREFIXES",
+        value_delimiter = ',',
+        value_name = "PREFIX"
+    )]
+    pub allowed_annotation_prefixes: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+pub enum PodSecurityLevel {
+    Privileged,
+    #[default]
+    Baseline,
+    Restricted,
+}
+
+impl PolicyArgs {
+    pub fn policy(&self) -> Policy {
+        Policy {
+            level: match self.pod_security_level {
+                PodSecurityLevel::Privileged => Level::Privileged,
+                PodSecurityLevel::Baseline => Level::Baseline,
+                PodSecurityLevel::Restricted => Level::Restricted,
+            },
+            fence: Fence::new(
+                &self.reserved_label_prefixes,
+                &self.denied_annotation_prefixes,
+                &self.allowed_annotation_prefixes,
+            ),
+        }
+    }
 }
 
 /// The images of the pre-pull pods besides the pulled ones (docs/operations.md, "Image
@@ -211,6 +280,9 @@ pub struct RunArgs {
 
     #[command(flatten)]
     pub prepull_images: PrePullImageArgs,
+
+    #[command(flatten)]
+    pub policy: PolicyArgs,
 }
 
 const LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"];

@@ -17,6 +17,7 @@ use crate::lifecycle::plan::PodCreation;
 use crate::lifecycle::reason::Reason;
 use crate::lifecycle::status::Failure;
 use crate::manifest::{self, ManifestError};
+use crate::pod::policy::Policy;
 use crate::prepull::render as prepull;
 
 /// Why `render` could not print a pod; each is one line for the user.
@@ -108,7 +109,7 @@ pub fn render(args: &RenderArgs) -> Result<String, RenderCommandError> {
         .browser
         .as_deref()
         .ok_or(RenderCommandError::NoBrowser)?;
-    render_pod(configs, browser, args.output)
+    render_pod(configs, browser, &args.policy.policy(), args.output)
 }
 
 /// The pre-pull DaemonSets of `configs`: YAML documents (entries that ask for pre-pull but
@@ -168,6 +169,7 @@ fn render_prepull(
 fn render_pod(
     mut configs: Vec<DynamicObject>,
     browser: &Path,
+    policy: &Policy,
     output: OutputFormat,
 ) -> Result<String, RenderCommandError> {
     let mut browsers = objects_of_kind(browser, keys::BROWSER_KIND)?;
@@ -202,6 +204,7 @@ fn render_pod(
         &browser,
         &configs,
         &browser_resource(&browser),
+        policy,
         None,
         |_, _, _| None,
     ) {

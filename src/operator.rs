@@ -77,6 +77,7 @@ impl From<&RunArgs> for Settings {
             max_lifetime: (!args.browser_max_lifetime.is_zero())
                 .then_some(args.browser_max_lifetime),
             failed_retention: args.failed_browser_retention,
+            policy: args.policy.policy(),
             ..Settings::default()
         }
     }
@@ -216,6 +217,7 @@ async fn reconcile_until_stopped(
         metrics: shared.metrics.clone(),
         events: config_events,
         prepull: args.enable_prepull.then(|| args.prepull_images.images()),
+        policy: shared.settings.policy.clone(),
     };
     let validators = futures::future::join_all(
         scopes

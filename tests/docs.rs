@@ -14,7 +14,7 @@ use kube::runtime::reflector::store::Writer;
 use kube::runtime::watcher;
 use serde_json::json;
 
-use browser_controller::cli::{Cli, OutputFormat, PrePullImageArgs, RenderArgs};
+use browser_controller::cli::{Cli, OutputFormat, PolicyArgs, PrePullImageArgs, RenderArgs};
 use browser_controller::commands;
 use browser_controller::controller::cached::CachedBrowser;
 use browser_controller::metrics::{CacheRegistration, Metrics, Stage};
@@ -513,6 +513,7 @@ fn render_args(command: &str) -> Option<RenderArgs> {
             prepull_helper_image: prepull::DEFAULT_HELPER_IMAGE.into(),
             prepull_pause_image: prepull::DEFAULT_PAUSE_IMAGE.into(),
         },
+        policy: PolicyArgs::default(),
         output,
     })
 }

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 
 use serde_json::{Value, json};
 
-use browser_controller::cli::{OutputFormat, PrePullImageArgs, RenderArgs};
+use browser_controller::cli::{OutputFormat, PolicyArgs, PrePullImageArgs, RenderArgs};
 use browser_controller::commands::{self, RenderCommandError};
 use browser_controller::prepull::render as prepull;
 use golden::{stems, testdata};
@@ -36,6 +36,7 @@ fn render(configs: Vec<PathBuf>, output: OutputFormat) -> Result<String, RenderC
             prepull_helper_image: prepull::DEFAULT_HELPER_IMAGE.into(),
             prepull_pause_image: prepull::DEFAULT_PAUSE_IMAGE.into(),
         },
+        policy: PolicyArgs::default(),
         output,
     })
 }

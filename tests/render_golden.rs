@@ -12,12 +12,13 @@ use kube::api::DynamicObject;
 use kube::core::ApiResource;
 use serde_json::{Value, json};
 
-use browser_controller::cli::{OutputFormat, PrePullImageArgs, RenderArgs};
+use browser_controller::cli::{OutputFormat, PolicyArgs, PrePullImageArgs, RenderArgs};
 use browser_controller::commands::{self, RenderCommandError};
 use browser_controller::config::{lookup, validate};
 use browser_controller::lifecycle::desired;
 use browser_controller::lifecycle::plan::PodCreation;
 use browser_controller::manifest;
+use browser_controller::pod::policy::Policy;
 use browser_controller::pod::schema::PodSchema;
 use browser_controller::prepull::render as prepull;
 use golden::{first_difference, stems, testdata};
@@ -25,20 +26,43 @@ use golden::{first_difference, stems, testdata};
 const REGENERATE: &str = "UPDATE_GOLDEN=1 cargo test --test render_golden";
 
 /// Each testdata Browser (file stem) with the config file (stem) that resolves it.
-const CASES: [(&str, &str); 5] = [
+const CASES: [(&str, &str); 6] = [
     ("chrome", "single-sidecar"),
+    ("long-name-foreign-metadata", "single-sidecar"),
     ("chrome-vnc", "vnc-stack"),
     ("playwright", "playwright"),
     ("firefox-wildcard", "wildcard"),
     ("firefox-pinned", "wildcard"),
 ];
 
-/// Testdata Browsers that must not render, with the reason they fail with.
-const FAILING: [(&str, &str, &str); 1] = [(
-    "invalid-options",
-    "single-sidecar",
-    "InvalidSelenosisOptions",
-)];
+/// Testdata Browsers that must not render, with the config, the reason they fail with and
+/// the end of the message.
+const FAILING: [(&str, &str, &str, &str); 4] = [
+    (
+        "invalid-options",
+        "single-sidecar",
+        "InvalidSelenosisOptions",
+        "invalid type: integer `1920`, expected a string at line 1 column 52",
+    ),
+    (
+        "options-loader-variable",
+        "single-sidecar",
+        "InvalidSelenosisOptions",
+        "container \"browser\": env \"LD_PRELOAD\" changes how programs are loaded and cannot be set by options",
+    ),
+    (
+        "options-value-from",
+        "single-sidecar",
+        "InvalidSelenosisOptions",
+        "container \"seleniferous\": env \"POD_IP\" comes from valueFrom in the BrowserConfig and cannot be replaced by options",
+    ),
+    (
+        "chromium-privileged",
+        "privileged-sidecar",
+        "InvalidConfig",
+        "is above the operator's pod security level baseline: spec.volumes[0] (docker): hostPath volumes are not allowed; spec.containers[1] (docker).securityContext.privileged is true; spec.containers[1] (docker).securityContext.capabilities.add: SYS_ADMIN is not in the default set",
+    ),
+];
 
 fn browser_file(stem: &str) -> PathBuf {
     testdata().join("browsers").join(format!("{stem}.yaml"))
@@ -65,6 +89,7 @@ fn render(
             prepull_helper_image: prepull::DEFAULT_HELPER_IMAGE.into(),
             prepull_pause_image: prepull::DEFAULT_PAUSE_IMAGE.into(),
         },
+        policy: PolicyArgs::default(),
         output,
     })
 }
@@ -93,6 +118,11 @@ fn golden_chrome_with_single_sidecar() {
 }
 
 #[test]
+fn golden_long_name_and_foreign_metadata_stay_off_the_pod() {
+    golden_case("long-name-foreign-metadata", "single-sidecar");
+}
+
+#[test]
 fn golden_chrome_vnc_with_vnc_stack() {
     golden_case("chrome-vnc", "vnc-stack");
 }
@@ -117,7 +147,7 @@ fn every_testdata_browser_has_a_golden_or_an_expected_failure() {
     let covered: Vec<&str> = CASES
         .iter()
         .map(|(browser, _)| *browser)
-        .chain(FAILING.iter().map(|(browser, _, _)| *browser))
+        .chain(FAILING.iter().map(|(browser, _, _, _)| *browser))
         .collect();
     for browser in stems(&testdata().join("browsers"), ".yaml") {
         assert!(
@@ -133,13 +163,19 @@ fn every_testdata_browser_has_a_golden_or_an_expected_failure() {
             );
         }
     }
-    for (browser, config, reason) in FAILING {
+    for (browser, config, reason, ending) in FAILING {
         match render(
             vec![config_file(config)],
             browser_file(browser),
             OutputFormat::Yaml,
         ) {
-            Err(RenderCommandError::Rejected { reason: got, .. }) => assert_eq!(got, reason),
+            Err(RenderCommandError::Rejected {
+                reason: got,
+                message,
+            }) => {
+                assert_eq!(got, reason, "{browser}");
+                assert!(message.ends_with(ending), "{browser}: {message}");
+            }
             other => panic!("{browser}: expected {reason}, got {other:?}"),
         }
     }
@@ -299,10 +335,12 @@ fn upstream_browserconfigs_render_every_entry() {
                     "spec": {"browserName": browser_name, "browserVersion": requested},
                 }))
                 .unwrap();
+                // Under the default ceiling (baseline): today's Selenosis configs keep working.
                 let pod = match desired::pod_for(
                     &browser,
                     std::slice::from_ref(&config),
                     &resource,
+                    &Policy::default(),
                     None,
                     |_, _, _| None,
                 ) {

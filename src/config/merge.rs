@@ -25,7 +25,10 @@
 //!   an `env` item that sets `value` or `valueFrom` drops the other one from the base,
 //!   and its `valueFrom` keeps only the sources the overlay names; a `volumes` item keeps
 //!   only the fields the overlay sets (Kubernetes' `retainKeys` strategy for volumes), so
-//!   overriding an `emptyDir` volume with a `configMap` one does not leave both sources.
+//!   overriding an `emptyDir` volume with a `configMap` one does not leave both sources;
+//!   a probe (`livenessProbe`, `readinessProbe`, `startupProbe`) or lifecycle hook
+//!   (`postStart`, `preStop`) that names a handler (`exec`, `httpGet`, `tcpSocket`, `grpc`,
+//!   `sleep`) drops the base's other handler.
 
 use serde_json::{Map, Value};
 
@@ -68,10 +71,31 @@ fn list_rule(field: &str) -> ListRule {
     }
 }
 
+/// Fields holding one handler of several kinds: a probe or a lifecycle hook.
+const HANDLER_FIELDS: [&str; 5] = [
+    "livenessProbe",
+    "readinessProbe",
+    "startupProbe",
+    "postStart",
+    "preStop",
+];
+
+/// The kinds of handler a probe or hook has exactly one of.
+const HANDLERS: [&str; 5] = ["exec", "httpGet", "tcpSocket", "grpc", "sleep"];
+
 /// Merges two values found under the field `field` (empty at the top level).
 fn merge_field(base: &Value, overlay: &Value, field: &str) -> Value {
     match (base, overlay) {
         (_, Value::Null) => base.clone(),
+        (Value::Object(base), Value::Object(overlay)) if HANDLER_FIELDS.contains(&field) => {
+            let mut base = base.clone();
+            if HANDLERS.iter().any(|h| overlay.contains_key(*h)) {
+                base.retain(|key, _| {
+                    !HANDLERS.contains(&key.as_str()) || overlay.contains_key(key)
+                });
+            }
+            Value::Object(merge_objects(&base, overlay))
+        }
         (Value::Object(base), Value::Object(overlay)) => {
             Value::Object(merge_objects(base, overlay))
         }
@@ -212,6 +236,28 @@ fn retain_keys(base: &Value, overlay: &Value) -> Value {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_probe_or_hook_keeps_one_handler() {
+        let base = json!({
+            "livenessProbe": {"exec": {"command": ["true"]}, "periodSeconds": 5},
+            "lifecycle": {"preStop": {"exec": {"command": ["sleep", "5"]}}},
+            "sidecars": [{"name": "s", "readinessProbe": {"tcpSocket": {"port": 1}, "timeoutSeconds": 2}}]
+        });
+        let overlay = json!({
+            "livenessProbe": {"httpGet": {"path": "/", "port": 4444}},
+            "lifecycle": {"preStop": {"sleep": {"seconds": 1}}},
+            "sidecars": [{"name": "s", "readinessProbe": {"timeoutSeconds": 3}}]
+        });
+        assert_eq!(
+            merge(&base, &overlay),
+            json!({
+                "livenessProbe": {"periodSeconds": 5, "httpGet": {"path": "/", "port": 4444}},
+                "lifecycle": {"preStop": {"sleep": {"seconds": 1}}},
+                "sidecars": [{"name": "s", "readinessProbe": {"tcpSocket": {"port": 1}, "timeoutSeconds": 3}}]
+            })
+        );
+    }
 
     #[test]
     fn objects_merge_recursively_per_key() {

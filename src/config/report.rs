@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 
 use super::lookup::Conflict;
 use super::validate::EntryReport;
+use crate::pod::names;
 
 /// The cluster's verdict on one entry's rendered Pod (server-side dry-run apply).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,12 +31,7 @@ pub struct DryRun {
 /// it changes exactly when the configuration does.
 pub fn version_of(spec: &Value) -> String {
     let bytes = serde_json::to_vec(spec).unwrap_or_default();
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in bytes {
-        hash ^= u64::from(b);
-        hash = hash.wrapping_mul(0x0100_0000_01b3);
-    }
-    format!("{hash:016x}")
+    format!("{:016x}", names::fnv1a64(&bytes))
 }
 
 /// Number of version entries in `spec.browsers`, `*` entries included (`kubectl get` shows it).

@@ -1,8 +1,10 @@
 //! Local validation of BrowserConfigs (docs/behaviour.md, "BrowserConfig validation and
 //! status"): the checks that need no cluster. Every resolvable entry must yield an image,
-//! container names must be unique and not `browser` for sidecars and init containers, and
-//! volume mounts must name existing volumes. The cluster's Pod schema (dry-run apply) is the
-//! validator for the rest.
+//! container names must be unique and not `browser` for sidecars and init containers, volume
+//! mounts must name existing volumes, and the container fields most often written wrong (env,
+//! command and args, ports, pull policy, mounts, volume names) must have the shape Kubernetes
+//! takes, so that `render` and the BrowserConfig's status name them before any dry run. The
+//! cluster's Pod schema (dry-run apply) is the validator for the rest.
 
 use kube::api::DynamicObject;
 use serde_json::{Map, Value};
@@ -28,6 +30,9 @@ pub fn validate_entry(entry: &Value) -> Result<(), Vec<String>> {
     }
     let containers = containers(entry, &mut problems);
     check_names(&containers, &mut problems);
+    for container in &containers {
+        check_container_fields(container, &mut problems);
+    }
     check_mounts(entry, &containers, &mut problems);
     if problems.is_empty() {
         Ok(())
@@ -189,6 +194,114 @@ fn check_names(containers: &[Container], problems: &mut Vec<String>) {
     }
 }
 
+/// Pull policies Kubernetes knows.
+const PULL_POLICIES: [&str; 3] = ["Always", "IfNotPresent", "Never"];
+/// Port protocols Kubernetes knows.
+const PROTOCOLS: [&str; 3] = ["TCP", "UDP", "SCTP"];
+
+/// The shapes of a container's env, envFrom, command, args, ports and pull policy, and mount
+/// paths used once.
+fn check_container_fields(container: &Container, problems: &mut Vec<String>) {
+    let spec = container.spec;
+    let mut problem = |text: String| problems.push(format!("{}: {text}", container.label));
+    match spec.get("env") {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(items)) => {
+            for (index, item) in items.iter().enumerate() {
+                if !item.is_object() {
+                    problem(format!(
+                        "env[{index}] must be an object with name and value"
+                    ));
+                } else if non_empty_str(item.get("name")).is_none() {
+                    problem(format!("env[{index}] has no name"));
+                } else if let Some(value) = item.get("value")
+                    && !(value.is_string() || value.is_null())
+                {
+                    problem(format!(
+                        "env[{index}] ({}): value must be a string (quote it)",
+                        item["name"].as_str().unwrap_or_default()
+                    ));
+                }
+            }
+        }
+        Some(Value::Object(_)) => {
+            problem("env must be a list of {name, value} items, not a map".into());
+        }
+        Some(_) => problem("env must be a list of {name, value} items".into()),
+    }
+    if !matches!(
+        spec.get("envFrom"),
+        None | Some(Value::Null | Value::Array(_))
+    ) {
+        problem("envFrom must be a list".into());
+    }
+    for field in ["command", "args"] {
+        match spec.get(field) {
+            None | Some(Value::Null) => {}
+            Some(Value::Array(items)) if items.iter().all(Value::is_string) => {}
+            Some(Value::String(_)) => problem(format!(
+                "{field} must be a list of strings, not one string (e.g. [\"/bin/sh\", \"-c\", \"...\"])"
+            )),
+            Some(_) => problem(format!("{field} must be a list of strings")),
+        }
+    }
+    match spec.get("ports") {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(ports)) => {
+            for (index, port) in ports.iter().enumerate() {
+                if let Some(text) = port_problem(port) {
+                    problem(format!("ports[{index}]: {text}"));
+                }
+            }
+        }
+        Some(_) => problem("ports must be a list".into()),
+    }
+    match spec.get("imagePullPolicy") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(policy)) if PULL_POLICIES.contains(&policy.as_str()) => {}
+        Some(other) => problem(format!(
+            "imagePullPolicy {other} is not one of Always, IfNotPresent, Never"
+        )),
+    }
+    let mut paths: Vec<&str> = Vec::new();
+    for path in spec
+        .get("volumeMounts")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|mount| mount.get("mountPath").and_then(Value::as_str))
+    {
+        if paths.contains(&path) {
+            problem(format!("volumeMount path {path} is used twice"));
+        } else {
+            paths.push(path);
+        }
+    }
+}
+
+fn port_problem(port: &Value) -> Option<String> {
+    let number = |field: &str, min: i64| match port.get(field) {
+        None | Some(Value::Null) if field == "hostPort" => None,
+        None | Some(Value::Null) => Some(format!("{field} is missing")),
+        Some(value) => match value.as_i64() {
+            Some(n) if (min..=65535).contains(&n) => None,
+            _ => Some(format!(
+                "{field} {value} must be a number from {min} to 65535"
+            )),
+        },
+    };
+    if !port.is_object() {
+        return Some("must be an object with containerPort".into());
+    }
+    number("containerPort", 1)
+        .or_else(|| number("hostPort", 0))
+        .or_else(|| match port.get("protocol") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(p)) if PROTOCOLS.contains(&p.as_str()) => None,
+            Some(other) => Some(format!("protocol {other} is not one of TCP, UDP, SCTP")),
+        })
+}
+
 /// Every volume mount of every container must name a volume of the entry.
 fn check_mounts(entry: &Value, containers: &[Container], problems: &mut Vec<String>) {
     let volumes = volume_names(entry, problems);
@@ -210,17 +323,19 @@ fn check_mounts(entry: &Value, containers: &[Container], problems: &mut Vec<Stri
 fn volume_names<'a>(entry: &'a Value, problems: &mut Vec<String>) -> Vec<&'a str> {
     match entry.get("volumes") {
         None | Some(Value::Null) => Vec::new(),
-        Some(Value::Array(volumes)) => volumes
-            .iter()
-            .enumerate()
-            .filter_map(|(index, volume)| {
-                let name = non_empty_str(volume.get("name"));
-                if name.is_none() {
-                    problems.push(format!("volumes[{index}]: name is missing"));
+        Some(Value::Array(volumes)) => {
+            let mut names: Vec<&str> = Vec::new();
+            for (index, volume) in volumes.iter().enumerate() {
+                match non_empty_str(volume.get("name")) {
+                    None => problems.push(format!("volumes[{index}]: name is missing")),
+                    Some(name) if names.contains(&name) => {
+                        problems.push(format!("volumes[{index}]: name \"{name}\" is used twice"))
+                    }
+                    Some(name) => names.push(name),
                 }
-                name
-            })
-            .collect(),
+            }
+            names
+        }
         Some(_) => {
             problems.push("volumes must be a list".to_owned());
             Vec::new()
@@ -360,6 +475,39 @@ mod tests {
                 "sidecars[1] (x-server): volumeMount /tmp names unknown volume \"tmpx\"",
                 "sidecars[1] (x-server): volumeMount /home names no volume",
                 "initContainers[0] (init): volumeMount [0] names unknown volume \"tmpx\"",
+            ]
+        );
+    }
+
+    #[test]
+    fn container_fields_must_have_the_shape_kubernetes_takes() {
+        let entry = json!({
+            "image": "c",
+            "env": {"TZ": "UTC"},
+            "command": "/opt/bin/entry_point.sh",
+            "ports": [{"containerPort": 4444}, {"containerPort": 70000}, {"name": "vnc"}, {"containerPort": 5900, "protocol": "tcp"}],
+            "imagePullPolicy": "always",
+            "volumes": [{"name": "tmp", "emptyDir": {}}, {"name": "tmp", "emptyDir": {}}],
+            "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}, {"name": "tmp", "mountPath": "/tmp"}],
+            "sidecars": [{"name": "seleniferous", "image": "s", "env": [{"name": "A", "value": "1"}, {"value": "x"}, {"name": "N", "value": 5}],
+                          "args": ["--port", 4445], "envFrom": {"configMapRef": {}}, "ports": [{"containerPort": "4445"}]}]
+        });
+        assert_eq!(
+            problems(entry),
+            [
+                "browser: env must be a list of {name, value} items, not a map",
+                "browser: command must be a list of strings, not one string (e.g. [\"/bin/sh\", \"-c\", \"...\"])",
+                "browser: ports[1]: containerPort 70000 must be a number from 1 to 65535",
+                "browser: ports[2]: containerPort is missing",
+                "browser: ports[3]: protocol \"tcp\" is not one of TCP, UDP, SCTP",
+                "browser: imagePullPolicy \"always\" is not one of Always, IfNotPresent, Never",
+                "browser: volumeMount path /tmp is used twice",
+                "sidecars[0] (seleniferous): env[1] has no name",
+                "sidecars[0] (seleniferous): env[2] (N): value must be a string (quote it)",
+                "sidecars[0] (seleniferous): envFrom must be a list",
+                "sidecars[0] (seleniferous): args must be a list of strings",
+                "sidecars[0] (seleniferous): ports[0]: containerPort \"4445\" must be a number from 1 to 65535",
+                "volumes[1]: name \"tmp\" is used twice",
             ]
         );
     }

@@ -137,6 +137,7 @@ async fn reconcile_inner(scope: &Scope, ns: &str, name: &str) -> Result<Action, 
                         &view.browser,
                         &configs,
                         &shared.kinds.browser,
+                        &shared.settings.policy,
                         schema.as_deref(),
                         |config, name, version| {
                             shared.verdicts.rejection(ns, config, name, version)

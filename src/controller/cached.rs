@@ -22,7 +22,6 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Value, json};
 
 use crate::api::browser::{BrowserSpec, BrowserStatus, SpecField};
-use crate::api::keys;
 
 /// The metadata the operator reads, as it comes over the wire (everything else is skipped
 /// without being built).
@@ -217,14 +216,13 @@ impl CachedBrowser {
 }
 
 /// A cached pod: what identifies it, its metadata (no annotations) and what decisions read of
-/// its spec and status, as JSON text, and the Browser it belongs to.
+/// its spec and status, as JSON text.
 #[derive(Clone, Debug)]
 pub struct CachedPod {
     /// Name, namespace, uid and resourceVersion only; the rest is in `text`.
     pub metadata: ObjectMeta,
     /// `{"metadata": …, "spec": …, "status": …}`, cut down.
     text: Box<str>,
-    browser: Option<Box<str>>,
 }
 
 dynamic_resource!(CachedPod);
@@ -326,27 +324,10 @@ impl<'de> Deserialize<'de> for CachedPod {
         }
         wire.metadata.keep_annotations(false);
         Ok(CachedPod {
-            browser: browser_of(&wire.metadata).map(Box::from),
             text: text(&wire.metadata, &wire.spec, &wire.status),
             metadata: wire.metadata.identity(),
         })
     }
-}
-
-/// The Browser a pod belongs to: by the operator's label, else by its controller owner
-/// reference (so pods written under another group/version of the Browser kind still map).
-fn browser_of(meta: &Meta) -> Option<&str> {
-    meta.labels
-        .as_ref()
-        .and_then(|l| l.get(keys::LABEL_BROWSER))
-        .map(String::as_str)
-        .or_else(|| {
-            meta.owner_references
-                .iter()
-                .flatten()
-                .find(|r| r.controller == Some(true) && r.kind == keys::BROWSER_KIND)
-                .map(|r| r.name.as_str())
-        })
 }
 
 impl CachedPod {
@@ -355,9 +336,10 @@ impl CachedPod {
         object(&self.text, ar)
     }
 
-    /// The name of the Browser the pod belongs to.
+    /// The name of the Browser the pod belongs to: a Browser's pod has its name (its label
+    /// may hold a shortened form of a long name).
     pub fn browser(&self) -> Option<&str> {
-        self.browser.as_deref()
+        self.metadata.name.as_deref()
     }
 }
 

@@ -43,6 +43,7 @@ use crate::lifecycle::desired;
 use crate::lifecycle::plan::PodCreation;
 use crate::lifecycle::rejection::{self, Remedy};
 use crate::metrics::Metrics;
+use crate::pod::policy::Policy;
 use crate::pod::schema::PodSchema;
 use crate::prepull::progress;
 use crate::prepull::render::HelperImages;
@@ -75,6 +76,7 @@ struct Context {
     store: Store<DynamicObject>,
     /// `None` without `--enable-prepull`.
     prepull: Option<PrePull>,
+    policy: Policy,
 }
 
 fn synthetic_browser(
@@ -116,6 +118,7 @@ async fn dry_run_entry(
         browser,
         std::slice::from_ref(config),
         &ctx.kinds.browser,
+        &ctx.policy,
         schema,
         |_, _, _| None,
     ) {
@@ -367,6 +370,8 @@ pub struct Validation {
     pub events: Recorder,
     /// The helper images of the pre-pull DaemonSets with `--enable-prepull`; `None` without.
     pub prepull: Option<HelperImages>,
+    /// What the admin lets into pods: entries are rendered under it.
+    pub policy: Policy,
 }
 
 /// Runs the BrowserConfig validator of one scope until `shutdown` resolves.
@@ -383,6 +388,7 @@ pub async fn run_scope(
         metrics,
         events: recorder,
         prepull: prepull_images,
+        policy,
     } = validation;
     let api = scoped_api(&client, namespace.as_deref(), &kinds.browserconfig);
     // Config deletions, DaemonSet lists and changes: DaemonSets of configs that are gone are
@@ -461,6 +467,7 @@ pub async fn run_scope(
         metrics,
         store: store.clone(),
         prepull,
+        policy,
     });
     // Conflicts involve other configs of the namespace: any change re-checks them all.
     let controller =

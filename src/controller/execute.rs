@@ -9,7 +9,6 @@ use kube::core::ApiResource;
 use serde_json::{Value, json};
 
 use crate::api::apply;
-use crate::api::browser::{Browser, SpecField};
 use crate::api::error::describe;
 use crate::api::keys;
 use crate::lifecycle::decide::holds_finalizer;
@@ -242,14 +241,7 @@ impl Target<'_> {
     /// body makes the API server refuse the write rather than create a Browser of that name
     /// anew (409) or write to another Browser that took the name.
     async fn apply_metadata(&self) -> Result<Option<DynamicObject>, ExecuteError> {
-        let spec = Browser::new(self.browser).fields();
-        let mut body = self.header();
-        body["metadata"]["labels"] = json!({
-            keys::LABEL_BROWSER: self.name(),
-            keys::LABEL_BROWSER_NAME: spec.as_written(SpecField::BrowserName),
-            keys::LABEL_BROWSER_VERSION: spec.as_written(SpecField::BrowserVersion),
-        });
-        body["metadata"]["finalizers"] = json!([keys::FINALIZER]);
+        let body = apply::browser_metadata(self.browser_resource, self.browser);
         self.metrics.write("apply", "browsers");
         unless_gone(
             self.browsers

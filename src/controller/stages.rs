@@ -262,7 +262,7 @@ mod tests {
     }
 
     #[test]
-    fn pods_map_to_browsers_by_label_then_owner() {
+    fn pods_map_to_the_browser_of_their_name() {
         let ar = kube::core::ApiResource {
             group: "selenosis.io".into(),
             version: "v1".into(),
@@ -270,19 +270,17 @@ mod tests {
             kind: "Browser".into(),
             plural: "browsers".into(),
         };
-        let labelled: CachedPod = serde_json::from_value(json!({
+        // The label of a long name is shortened; the pod's name is the Browser's.
+        let long = format!("s1-{}", "a".repeat(100));
+        let pod: CachedPod = serde_json::from_value(json!({
             "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "p", "namespace": "ns", "labels": {"selenosis.io/browser": "s1"}}
+            "metadata": {"name": long, "namespace": "ns",
+                         "labels": {"selenosis.io/browser": crate::pod::names::label_value_for(&long)},
+                         "ownerReferences": [{"apiVersion": "browser.selenosis.io/v1", "kind": "Browser", "name": long, "uid": "u", "controller": true}]}
         }))
         .unwrap();
-        assert_eq!(browser_of_pod(&labelled, &ar).unwrap().name, "s1");
-        let owned: CachedPod = serde_json::from_value(json!({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "p", "namespace": "ns", "ownerReferences": [
-                {"apiVersion": "browser.selenosis.io/v1", "kind": "Browser", "name": "s2", "uid": "u", "controller": true}
-            ]}
-        }))
-        .unwrap();
-        assert_eq!(browser_of_pod(&owned, &ar).unwrap().name, "s2");
+        let browser = browser_of_pod(&pod, &ar).unwrap();
+        assert_eq!(browser.name, long);
+        assert_eq!(browser.namespace.as_deref(), Some("ns"));
     }
 }

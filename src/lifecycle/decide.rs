@@ -84,14 +84,8 @@ impl Observed<'_> {
     /// a valid label value (an invalid spec) is left out.
     fn pod_labels(&self) -> BTreeMap<String, String> {
         let mut labels = BTreeMap::from([(keys::LABEL_MANAGED_BY.into(), keys::MANAGER.into())]);
-        if let Some(name) = self
-            .browser
-            .metadata
-            .name
-            .as_deref()
-            .filter(|n| names::check_label_value(n).is_ok())
-        {
-            labels.insert(keys::LABEL_BROWSER.into(), name.into());
+        if let Some(name) = self.browser.metadata.name.as_deref() {
+            labels.insert(keys::LABEL_BROWSER.into(), names::label_value_for(name));
         }
         let fields = Browser::new(self.browser).fields();
         for (key, field) in [
@@ -123,7 +117,13 @@ impl Observed<'_> {
     fn labels_ok(&self, name: &str, version: &str) -> bool {
         let labels = self.browser.metadata.labels.as_ref();
         let get = |k: &str| labels.and_then(|l| l.get(k)).map(String::as_str);
-        get(keys::LABEL_BROWSER) == self.browser.metadata.name.as_deref()
+        let browser = self
+            .browser
+            .metadata
+            .name
+            .as_deref()
+            .map(names::label_value_for);
+        get(keys::LABEL_BROWSER) == browser.as_deref()
             && get(keys::LABEL_BROWSER_NAME) == Some(name)
             && get(keys::LABEL_BROWSER_VERSION) == Some(version)
     }
@@ -549,6 +549,36 @@ mod tests {
 
     fn no_creation() -> PodCreation {
         panic!("creation must not be asked for")
+    }
+
+    #[test]
+    fn a_long_name_is_labelled_once_with_its_label_value() {
+        let long = format!("s1-{}", "a".repeat(200));
+        let value = names::label_value_for(&long);
+        let labelled = browser(
+            json!({"name": long, "labels": {"selenosis.io/browser": value,
+                "selenosis.io/browser.name": "chrome", "selenosis.io/browser.version": "139.0"}}),
+            Value::Null,
+        );
+        let plan = run(
+            &labelled,
+            None,
+            "2026-11-22T10:00:00Z",
+            &Settings::default(),
+        );
+        assert!(
+            !plan.ensure_metadata,
+            "labels as applied are taken as right"
+        );
+        assert!(plan.create_pod.is_some());
+        let unlabelled = browser(json!({"name": long, "labels": null}), Value::Null);
+        let plan = run(
+            &unlabelled,
+            None,
+            "2026-11-22T10:00:00Z",
+            &Settings::default(),
+        );
+        assert!(plan.ensure_metadata);
     }
 
     #[test]

@@ -15,17 +15,21 @@ use crate::api::browser::{Browser, SpecField};
 use crate::config::lookup::{self, LookupError};
 use crate::config::validate;
 use crate::pod::options;
+use crate::pod::policy::Policy;
 use crate::pod::render::{RenderError, RenderInput, render_pod};
 use crate::pod::schema::PodSchema;
+use crate::pod::security;
 
-/// Resolves and renders the pod of `browser` from the BrowserConfigs of its namespace, pruned
-/// to the cluster's Pod `schema` when one is known. `rejected(config, browser, version_key)` is
-/// the cluster's dry-run verdict on an entry (docs/behaviour.md, "BrowserConfig validation and
-/// status"), if it rejected it.
+/// Resolves and renders the pod of `browser` from the BrowserConfigs of its namespace under
+/// the admin's `policy`, pruned to the cluster's Pod `schema` when one is known. A pod above
+/// the pod security ceiling is never rendered: its entry is invalid. `rejected(config,
+/// browser, version_key)` is the cluster's dry-run verdict on an entry (docs/behaviour.md,
+/// "BrowserConfig validation and status"), if it rejected it.
 pub fn pod_for<C: Borrow<DynamicObject>>(
     browser: &DynamicObject,
     configs: &[C],
     browser_resource: &ApiResource,
+    policy: &Policy,
     schema: Option<&PodSchema>,
     rejected: impl Fn(&str, &str, &str) -> Option<String>,
 ) -> PodCreation {
@@ -76,7 +80,7 @@ pub fn pod_for<C: Borrow<DynamicObject>>(
             ),
         ));
     }
-    let session_options = match options::from_browser(browser) {
+    let session_options = match options::from_browser(browser, &policy.fence) {
         Ok(o) => o,
         Err(e) => {
             return PodCreation::Fail(Failure::new(Reason::InvalidSelenosisOptions, e.to_string()));
@@ -87,9 +91,22 @@ pub fn pod_for<C: Borrow<DynamicObject>>(
         browser_api_version: &browser_resource.api_version,
         entry: &resolved.entry,
         options: &session_options,
+        policy,
     };
     match render_pod(&input) {
         Ok(mut pod) => {
+            let violations = security::violations(&pod, policy.level);
+            if !violations.is_empty() {
+                return PodCreation::Fail(Failure::new(
+                    Reason::InvalidConfig,
+                    format!(
+                        "BrowserConfig {} entry {name} {key} is above the operator's pod security level {}: {}",
+                        resolved.config_name,
+                        policy.level,
+                        violations.join("; ")
+                    ),
+                ));
+            }
             let removed = schema.map(|s| s.prune(&mut pod)).unwrap_or_default();
             PodCreation::Render { pod, removed }
         }
@@ -118,6 +135,11 @@ mod tests {
     /// The outcome for a chrome 139.0 Browser against one BrowserConfig with `spec`:
     /// `Ok(())` for a rendered pod, else the failure's reason and message.
     fn outcome(spec: Value) -> Result<(), (String, String)> {
+        outcome_under(spec, &Policy::default()).map(|_| ())
+    }
+
+    /// The pod, or the failure's reason and message, under `policy`.
+    fn outcome_under(spec: Value, policy: &Policy) -> Result<Value, (String, String)> {
         let browser: DynamicObject = serde_json::from_value(json!({
             "apiVersion": "selenosis.io/v1", "kind": "Browser",
             "metadata": {"name": "s1", "namespace": "ns", "uid": "u"},
@@ -130,12 +152,54 @@ mod tests {
             "spec": spec,
         }))
         .unwrap();
-        match pod_for(&browser, &[config], &browser_resource(), None, |_, _, _| {
-            None
-        }) {
-            PodCreation::Render { .. } => Ok(()),
+        match pod_for(
+            &browser,
+            &[config],
+            &browser_resource(),
+            policy,
+            None,
+            |_, _, _| None,
+        ) {
+            PodCreation::Render { pod, .. } => Ok(pod),
             PodCreation::Fail(f) => Err((f.reason, f.message)),
         }
+    }
+
+    #[test]
+    fn an_entry_above_the_ceiling_is_invalid_and_names_the_field() {
+        let privileged_sidecar = json!({"browsers": {"chrome": {"139.0": {"image": IMAGE,
+            "sidecars": [{"name": "vnc", "image": "vnc", "securityContext": {"privileged": true}}]}}}});
+        let (reason, message) = outcome(privileged_sidecar.clone()).unwrap_err();
+        assert_eq!(reason, "InvalidConfig");
+        assert_eq!(
+            message,
+            "BrowserConfig c entry chrome 139.0 is above the operator's pod security level baseline: spec.containers[1] (vnc).securityContext.privileged is true"
+        );
+        let privileged = Policy {
+            level: crate::pod::security::Level::Privileged,
+            ..Policy::default()
+        };
+        assert!(outcome_under(privileged_sidecar, &privileged).is_ok());
+    }
+
+    #[test]
+    fn restricted_hardens_a_plain_entry_and_refuses_a_contrary_one() {
+        let restricted = Policy {
+            level: crate::pod::security::Level::Restricted,
+            ..Policy::default()
+        };
+        let plain = json!({"browsers": {"chrome": {"139.0": {"image": IMAGE,
+            "sidecars": [{"name": "seleniferous", "image": "s"}]}}}});
+        let pod = outcome_under(plain, &restricted).unwrap();
+        assert_eq!(
+            crate::pod::security::violations(&pod, crate::pod::security::Level::Restricted),
+            Vec::<String>::new()
+        );
+        let root = json!({"browsers": {"chrome": {"139.0": {"image": IMAGE,
+            "containerSecurityContext": {"runAsUser": 0}}}}});
+        let (reason, message) = outcome_under(root, &restricted).unwrap_err();
+        assert_eq!(reason, "InvalidConfig");
+        assert!(message.ends_with("restricted: spec.containers[0] (browser).securityContext.runAsUser is 0: running as root is not allowed"), "{message}");
     }
 
     const IMAGE: &str = "selenium/standalone-chrome:139.0";

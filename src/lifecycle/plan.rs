@@ -9,8 +9,10 @@ use jiff::Timestamp;
 use serde_json::Value;
 
 use super::status::Failure;
+use crate::pod::policy::Policy;
 
-/// Timeouts and retention (docs/operations.md, "Flags and environment").
+/// Timeouts, retention and what the admin lets into pods (docs/operations.md, "Flags and
+/// environment").
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settings {
     pub creation_timeout: Duration,
@@ -19,6 +21,7 @@ pub struct Settings {
     pub failed_retention: Duration,
     /// Safety net: a healthy Browser is looked at again after this long even without events.
     pub resync: Duration,
+    pub policy: Policy,
 }
 
 impl Default for Settings {
@@ -29,6 +32,7 @@ impl Default for Settings {
             max_lifetime: None,
             failed_retention: Duration::ZERO,
             resync: Duration::from_secs(3600),
+            policy: Policy::default(),
         }
     }
 }

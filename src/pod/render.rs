@@ -7,27 +7,37 @@ use serde_json::{Map, Value};
 
 use crate::api::browser::{Browser, SpecField};
 use crate::api::keys::{
-    ANNOTATION_OPTIONS, BROWSER_CONTAINER, BROWSER_KIND, LABEL_BROWSER, LABEL_BROWSER_NAME,
-    LABEL_BROWSER_VERSION, LABEL_MANAGED_BY, MANAGER,
+    BROWSER_CONTAINER, BROWSER_KIND, LABEL_BROWSER, LABEL_BROWSER_NAME, LABEL_BROWSER_VERSION,
+    LABEL_MANAGED_BY, MANAGER,
 };
 use crate::pod::names;
 use crate::pod::options::{self, OptionsError, SessionOptions};
-
-/// Annotations under this prefix belong to kubectl (e.g. the last applied configuration
-/// of the Browser) and describe the Browser, not its pod.
-const KUBECTL_ANNOTATION_PREFIX: &str = "kubectl.kubernetes.io/";
+use crate::pod::policy::{HUB_LABELS, Policy};
+use crate::pod::security;
 
 /// Entry fields of the browser container, in the order they are written.
-const BROWSER_CONTAINER_FIELDS: [&str; 8] = [
+const BROWSER_CONTAINER_FIELDS: [&str; 13] = [
     "command",
     "args",
     "workingDir",
     "ports",
+    "envFrom",
     "env",
     "resources",
     "volumeMounts",
+    "livenessProbe",
+    "readinessProbe",
+    "startupProbe",
+    "lifecycle",
     "imagePullPolicy",
 ];
+
+/// The entry field that holds the browser container's `securityContext` (the entry's own
+/// `securityContext` is the pod's).
+const CONTAINER_SECURITY_CONTEXT: &str = "containerSecurityContext";
+
+/// The entry field listing the containers, besides `browser`, whose env session options may set.
+pub const OPTIONS_CONTAINERS: &str = "optionsContainers";
 
 /// Entry fields copied to the pod spec unchanged, in the order they are written; the
 /// containers follow them, then `volumes`.
@@ -62,6 +72,8 @@ pub struct RenderInput<'a> {
     pub entry: &'a Value,
     /// The Browser's validated session options.
     pub options: &'a SessionOptions,
+    /// What the admin lets Browsers and options bring, and the pod security level.
+    pub policy: &'a Policy,
 }
 
 /// Why no pod could be rendered.
@@ -119,15 +131,30 @@ pub fn render_pod(input: &RenderInput) -> Result<Value, RenderError> {
             browser_version: browser_version.to_string(),
         })?;
 
+    // The Browser's labels (those the fence lets through), the configuration's over them, the
+    // session's over the Browser's but never over the configuration's; the hub's attribution
+    // and the operator's own labels over everything.
+    let fence = &input.policy.fence;
+    let browser_labels = browser.metadata.labels.iter().flatten();
     let mut labels = Map::new();
-    for (key, value) in browser.metadata.labels.iter().flatten() {
+    for (key, value) in browser_labels.clone() {
+        if fence.passes_browser_label(key) {
+            labels.insert(key.clone(), Value::String(value.clone()));
+        }
+    }
+    let configured = entry.merge_strings(&mut labels, "labels")?;
+    for (key, value) in &input.options.labels {
+        if !configured.contains(key) {
+            labels.insert(key.clone(), Value::String(value.clone()));
+        }
+    }
+    for (key, value) in browser_labels.filter(|(key, _)| HUB_LABELS.contains(&key.as_str())) {
         labels.insert(key.clone(), Value::String(value.clone()));
     }
-    entry.merge_strings(&mut labels, "labels")?;
 
     let mut annotations = Map::new();
     for (key, value) in browser.metadata.annotations.iter().flatten() {
-        if key != ANNOTATION_OPTIONS && !key.starts_with(KUBECTL_ANNOTATION_PREFIX) {
+        if fence.passes_annotation(key) {
             annotations.insert(key.clone(), Value::String(value.clone()));
         }
     }
@@ -158,10 +185,12 @@ pub fn render_pod(input: &RenderInput) -> Result<Value, RenderError> {
     pod.insert("spec".into(), Value::Object(pod_spec(name, image, &entry)?));
     let mut pod = Value::Object(pod);
 
-    options::apply(&mut pod, input.options)?;
+    options::apply_env(&mut pod, input.options, &entry.options_containers()?)?;
+    security::harden(&mut pod, input.policy.level);
 
+    let browser_label = names::label_value_for(name);
     let operator_labels = [
-        (LABEL_BROWSER, name),
+        (LABEL_BROWSER, browser_label.as_str()),
         (LABEL_BROWSER_NAME, browser_name),
         (LABEL_BROWSER_VERSION, browser_version),
         (LABEL_MANAGED_BY, MANAGER),
@@ -223,23 +252,38 @@ impl Entry<'_> {
         }
     }
 
-    /// Merges a string map of the entry (`labels`, `annotations`) into `target`.
+    /// Merges a string map of the entry (`labels`, `annotations`) into `target`; returns the
+    /// keys it set.
     fn merge_strings(
         &self,
         target: &mut Map<String, Value>,
         field: &'static str,
-    ) -> Result<(), RenderError> {
+    ) -> Result<Vec<String>, RenderError> {
         let Some(value) = self.field(field) else {
-            return Ok(());
+            return Ok(Vec::new());
         };
         let invalid = || self.invalid(field, "a map of strings");
+        let mut set = Vec::new();
         for (key, value) in value.as_object().ok_or_else(invalid)? {
             if !value.is_string() {
                 return Err(invalid());
             }
             target.insert(key.clone(), value.clone());
+            set.push(key.clone());
         }
-        Ok(())
+        Ok(set)
+    }
+
+    /// The containers whose env session options may set: `browser`, and those the entry lists.
+    fn options_containers(&self) -> Result<Vec<String>, RenderError> {
+        let mut allowed = vec![BROWSER_CONTAINER.to_string()];
+        if let Some(listed) = self.field(OPTIONS_CONTAINERS) {
+            let invalid = || self.invalid(OPTIONS_CONTAINERS, "a list of container names");
+            for name in listed.as_array().ok_or_else(invalid)? {
+                allowed.push(name.as_str().ok_or_else(invalid)?.to_string());
+            }
+        }
+        Ok(allowed)
     }
 
     /// A container list of the entry (`sidecars`, `initContainers`).
@@ -256,8 +300,8 @@ impl Entry<'_> {
 
 fn pod_spec(name: &str, image: &str, entry: &Entry) -> Result<Map<String, Value>, RenderError> {
     let mut spec = Map::new();
-    if names::is_dns1123_label(name) {
-        spec.insert("hostname".into(), name.into());
+    if let Some(hostname) = names::hostname_for(name) {
+        spec.insert("hostname".into(), hostname.into());
     }
     spec.insert("restartPolicy".into(), "Never".into());
     for field in OFF_BY_DEFAULT {
@@ -291,14 +335,20 @@ fn browser_container(image: &str, entry: &Entry) -> Result<Value, RenderError> {
             container.insert(field.into(), value.clone());
         }
     }
+    let mut security = match entry.field(CONTAINER_SECURITY_CONTEXT) {
+        None => Map::new(),
+        Some(Value::Object(security)) => security.clone(),
+        Some(_) => return Err(entry.invalid(CONTAINER_SECURITY_CONTEXT, "an object")),
+    };
     match entry.field("privileged") {
         None | Some(Value::Bool(false)) => {}
         Some(Value::Bool(true)) => {
-            let mut security = Map::new();
             security.insert("privileged".into(), true.into());
-            container.insert("securityContext".into(), Value::Object(security));
         }
         Some(_) => return Err(entry.invalid("privileged", "a boolean")),
+    }
+    if !security.is_empty() {
+        container.insert("securityContext".into(), Value::Object(security));
     }
     Ok(Value::Object(container))
 }
@@ -352,6 +402,7 @@ mod tests {
             browser_api_version: API_VERSION,
             entry,
             options,
+            policy: &Policy::default(),
         })
     }
 
@@ -396,6 +447,7 @@ mod tests {
             browser_api_version: "browser.selenosis.io/v1",
             entry: &entry(),
             options: &SessionOptions::default(),
+            policy: &Policy::default(),
         })
         .unwrap();
         assert_eq!(
@@ -428,14 +480,16 @@ mod tests {
     }
 
     #[test]
-    fn labels_layer_browser_entry_options_then_operator() {
+    fn labels_layer_browser_options_entry_then_hub_and_operator() {
         let mut browser = browser();
         let labels = browser.metadata.labels.as_mut().unwrap();
         labels.insert("app.kubernetes.io/managed-by".into(), "someone-else".into());
         labels.insert("selenosis.io/browser".into(), "stale".into());
+        labels.insert("sidecar.istio.io/inject".into(), "true".into());
         let entry = json!({
             "image": "i",
-            "labels": {"tier": "entry-label", "app": "browser", "selenosis.io/browser.name": "firefox"}
+            "labels": {"tier": "entry-label", "app": "browser", "selenosis.io/browser.name": "firefox",
+                       "selenosis.io/owner": "config"}
         });
         let options = SessionOptions {
             labels: BTreeMap::from([
@@ -446,23 +500,18 @@ mod tests {
             ..Default::default()
         };
         let pod = render_with(&browser, &entry, &options).unwrap();
-        assert_eq!(
-            pod["metadata"]["labels"],
-            json!({
-                "app.kubernetes.io/managed-by": "browser-controller",
-                "selenosis.io/browser": "chrome-139-0-abc",
-                "selenosis.io/owner": "qa",
-                "tier": "entry-label",
-                "app": "option-app",
-                "selenosis.io/browser.name": "chrome",
-                "team": "checkout",
-                "selenosis.io/browser.version": "139.0"
-            })
-        );
+        // Reserved and foreign Browser labels stay behind; the configuration wins over the
+        // Browser's labels and options, options over the Browser's labels; the hub's owner label and the operator's
+        // own labels over everything.
         assert_eq!(
             serde_json::to_string(&pod["metadata"]["labels"]).unwrap(),
-            r#"{"app.kubernetes.io/managed-by":"browser-controller","selenosis.io/browser":"chrome-139-0-abc","selenosis.io/owner":"qa","tier":"entry-label","app":"option-app","selenosis.io/browser.name":"chrome","selenosis.io/browser.version":"139.0","team":"checkout"}"#
+            r#"{"selenosis.io/owner":"qa","tier":"entry-label","app":"browser","selenosis.io/browser.name":"chrome","selenosis.io/browser.version":"139.0","team":"checkout","selenosis.io/browser":"chrome-139-0-abc","app.kubernetes.io/managed-by":"browser-controller"}"#
         );
+        // Without the hub's label the configuration's stands.
+        let mut unowned = browser.clone();
+        unowned.metadata.labels = None;
+        let pod = render_with(&unowned, &entry, &SessionOptions::default()).unwrap();
+        assert_eq!(pod["metadata"]["labels"]["selenosis.io/owner"], "config");
     }
 
     #[test]
@@ -473,6 +522,109 @@ mod tests {
             pod["metadata"]["annotations"],
             json!({"note": "from-browser", "shared": "entry", "extra": "x"})
         );
+    }
+
+    #[test]
+    fn security_relevant_browser_annotations_never_reach_the_pod() {
+        let mut browser = browser();
+        let annotations = browser.metadata.annotations.as_mut().unwrap();
+        for key in [
+            "container.apparmor.security.beta.kubernetes.io/browser",
+            "sidecar.istio.io/inject",
+            "vault.hashicorp.com/agent-inject",
+        ] {
+            annotations.insert(key.into(), "x".into());
+        }
+        let entry = json!({"image": "i", "annotations": {"sidecar.istio.io/inject": "false"}});
+        let pod = render_with(&browser, &entry, &SessionOptions::default()).unwrap();
+        assert_eq!(
+            pod["metadata"]["annotations"],
+            json!({"note": "from-browser", "shared": "browser", "sidecar.istio.io/inject": "false"})
+        );
+        // An admin may let a prefix through.
+        let policy = Policy {
+            fence: crate::pod::policy::Fence::new(&[], &[], &["vault.hashicorp.com".into()]),
+            ..Policy::default()
+        };
+        let pod = render_pod(&RenderInput {
+            browser: &browser,
+            browser_api_version: API_VERSION,
+            entry: &entry,
+            options: &SessionOptions::default(),
+            policy: &policy,
+        })
+        .unwrap();
+        assert_eq!(
+            pod["metadata"]["annotations"]["vault.hashicorp.com/agent-inject"],
+            "x"
+        );
+    }
+
+    #[test]
+    fn the_browser_container_takes_probes_lifecycle_env_from_and_its_security_context() {
+        let entry = json!({
+            "image": "chrome:1",
+            "envFrom": [{"configMapRef": {"name": "browser-env"}}],
+            "livenessProbe": {"httpGet": {"path": "/status", "port": 4444}},
+            "readinessProbe": {"tcpSocket": {"port": 4444}},
+            "startupProbe": {"exec": {"command": ["true"]}},
+            "lifecycle": {"preStop": {"exec": {"command": ["sleep", "1"]}}},
+            "containerSecurityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}},
+            "securityContext": {"runAsUser": 1000}
+        });
+        let pod = render(&entry);
+        let container = &pod["spec"]["containers"][0];
+        assert_eq!(
+            keys(container),
+            [
+                "name",
+                "image",
+                "envFrom",
+                "livenessProbe",
+                "readinessProbe",
+                "startupProbe",
+                "lifecycle",
+                "securityContext"
+            ]
+        );
+        assert_eq!(
+            container["securityContext"],
+            entry["containerSecurityContext"]
+        );
+        assert_eq!(container["livenessProbe"], entry["livenessProbe"]);
+        assert_eq!(pod["spec"]["securityContext"], json!({"runAsUser": 1000}));
+        // `privileged: true` joins the container's security context.
+        let mut privileged = entry.clone();
+        privileged["privileged"] = json!(true);
+        assert_eq!(
+            render(&privileged)["spec"]["containers"][0]["securityContext"],
+            json!({"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}, "privileged": true})
+        );
+        for (field, value, expected) in [
+            (
+                "containerSecurityContext",
+                json!("x"),
+                "containerSecurityContext must be an object",
+            ),
+            (
+                "optionsContainers",
+                json!("seleniferous"),
+                "optionsContainers must be a list of container names",
+            ),
+            (
+                "optionsContainers",
+                json!([1]),
+                "optionsContainers must be a list of container names",
+            ),
+        ] {
+            let mut bad = json!({"image": "i"});
+            bad[field] = value;
+            let err = render_with(&browser(), &bad, &SessionOptions::default()).unwrap_err();
+            assert_eq!(
+                err.to_string(),
+                format!("configuration entry for chrome 139.0: {expected}")
+            );
+        }
     }
 
     #[test]
@@ -487,15 +639,26 @@ mod tests {
     }
 
     #[test]
-    fn hostname_only_for_dns_label_names() {
+    fn hostname_and_browser_label_fit_whatever_the_name() {
         assert_eq!(render(&entry())["spec"]["hostname"], "chrome-139-0-abc");
-        for name in ["chrome.139.0", "Chrome", &"a".repeat(64)] {
+        let long = format!("chrome-139-0-{}", "x".repeat(240));
+        for (name, hostname) in [
+            ("chrome.139.0", "chrome-139-0".to_string()),
+            (long.as_str(), names::hostname_for(&long).unwrap()),
+        ] {
             let mut browser = browser();
             browser.metadata.name = Some(name.to_string());
             let pod = render_with(&browser, &entry(), &SessionOptions::default()).unwrap();
-            assert_eq!(pod["spec"].get("hostname"), None, "{name}");
+            assert_eq!(pod["spec"]["hostname"], hostname.as_str(), "{name}");
             assert_eq!(pod["metadata"]["name"], name);
+            let label = pod["metadata"]["labels"]["selenosis.io/browser"]
+                .as_str()
+                .unwrap();
+            assert_eq!(names::check_label_value(label), Ok(()), "{name}");
+            assert_eq!(label, names::label_value_for(name));
         }
+        let long_label = names::label_value_for(&long);
+        assert_eq!(long_label.len(), 63);
     }
 
     #[test]
@@ -698,6 +861,11 @@ mod tests {
                 env: BTreeMap::from([("SESSION_IDLE_TIMEOUT".to_string(), "2m".to_string())]),
             },
         );
+        // Only the browser container takes options unless the entry lists more.
+        let err = render_with(&browser(), &entry, &options).unwrap_err();
+        assert!(matches!(err, RenderError::Options(_)), "{err}");
+        let mut entry = entry;
+        entry["optionsContainers"] = json!(["seleniferous"]);
         let pod = render_with(&browser(), &entry, &options).unwrap();
         assert_eq!(pod["metadata"]["labels"]["team"], "checkout");
         assert_eq!(

@@ -121,9 +121,10 @@ pub(crate) async fn pod_create_over_quota_fails_with_quota_exceeded(cx: Arc<Ctx>
 }
 
 pub(crate) async fn pod_create_invalid_fails_with_invalid_pod_spec(cx: Arc<Ctx>) {
-    cx.start_operator(&[]);
+    // A Browser annotation under kubernetes.io reaches the pod only where the admin allows it;
+    // the Pod validation wants an int32 here.
+    cx.start_operator(&["--allowed-annotation-prefix=controller.kubernetes.io"]);
     cx.chrome_config().await;
-    // Browser annotations go to the pod; the Pod validation wants an int32 here.
     cx.create_browser(
         "inv",
         json!({"controller.kubernetes.io/pod-deletion-cost": "cheap"}),

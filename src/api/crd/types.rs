@@ -161,8 +161,22 @@ struct PodTemplate {
     args: Option<Vec<String>>,
     /// Ports of the browser container.
     ports: Option<Vec<Port>>,
-    /// Run the browser container privileged.
+    /// Run the browser container privileged (above the operator's default pod security level).
     privileged: Option<bool>,
+    /// Environment of the browser container from ConfigMaps and Secrets.
+    env_from: Option<Vec<Object>>,
+    /// Liveness probe of the browser container.
+    liveness_probe: Option<Object>,
+    /// Readiness probe of the browser container.
+    readiness_probe: Option<Object>,
+    /// Startup probe of the browser container.
+    startup_probe: Option<Object>,
+    /// Lifecycle hooks of the browser container.
+    lifecycle: Option<Object>,
+    /// Security context of the browser container (securityContext is the pod's).
+    container_security_context: Option<Object>,
+    /// Containers besides browser whose env per-session options may set.
+    options_containers: Option<Vec<String>>,
     volumes: Option<Vec<Named>>,
     node_selector: Option<BTreeMap<String, String>>,
     affinity: Option<Object>,
@@ -363,7 +377,7 @@ mod tests {
         assert_eq!(conditions["items"]["required"], json!(["type", "status"]));
     }
 
-    const TEMPLATE_KEYS: [&str; 30] = [
+    const TEMPLATE_KEYS: [&str; 37] = [
         "labels",
         "annotations",
         "env",
@@ -375,6 +389,13 @@ mod tests {
         "args",
         "ports",
         "privileged",
+        "envFrom",
+        "livenessProbe",
+        "readinessProbe",
+        "startupProbe",
+        "lifecycle",
+        "containerSecurityContext",
+        "optionsContainers",
         "volumes",
         "nodeSelector",
         "affinity",
@@ -419,7 +440,17 @@ mod tests {
         let crd = find(Layout::Default, "BrowserConfig");
         let template =
             &root_schema(&crd)["properties"]["spec"]["properties"]["template"]["properties"];
-        for field in ["resources", "affinity", "dnsConfig", "securityContext"] {
+        for field in [
+            "resources",
+            "affinity",
+            "dnsConfig",
+            "securityContext",
+            "livenessProbe",
+            "readinessProbe",
+            "startupProbe",
+            "lifecycle",
+            "containerSecurityContext",
+        ] {
             assert_eq!(template[field]["type"], "object", "{field}");
             assert_eq!(
                 template[field]["x-kubernetes-preserve-unknown-fields"], true,

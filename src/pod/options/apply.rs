@@ -1,4 +1,4 @@
-//! Applying validated options to a rendered pod.
+//! Applying validated options' env to a rendered pod.
 
 use std::collections::BTreeMap;
 
@@ -6,35 +6,66 @@ use serde_json::{Map, Value};
 
 use super::{OptionsError, SessionOptions};
 
-/// Applies options to a rendered pod: labels are merged into `metadata.labels`; each
-/// option container must be among `spec.containers` or `spec.initContainers`, where an
-/// existing env variable of the same name is replaced in place (its `valueFrom` dropped)
-/// and new variables are appended in name order. An unknown container is reported before
-/// anything is changed.
-pub fn apply(pod: &mut Value, options: &SessionOptions) -> Result<(), OptionsError> {
+/// Sets the options' env on a rendered pod. Each option container must be one of `allowed`
+/// (the browser container, and those its BrowserConfig entry lists in `optionsContainers`)
+/// and among `spec.containers` or `spec.initContainers`, where an existing variable of the
+/// same name is replaced in place and new variables are appended in name order. A variable
+/// the configuration takes from `valueFrom` (a secret, the pod's IP …) is never replaced.
+/// Nothing is changed when any of it is refused.
+pub fn apply_env(
+    pod: &mut Value,
+    options: &SessionOptions,
+    allowed: &[String],
+) -> Result<(), OptionsError> {
     let present = container_names(pod);
-    if let Some(missing) = options
-        .containers
-        .keys()
-        .find(|name| !present.contains(name))
-    {
-        return Err(OptionsError::UnknownContainer {
-            container: missing.clone(),
-            available: present.join(", "),
-        });
-    }
-    if !options.labels.is_empty() {
-        let labels = labels_mut(pod)?;
-        for (key, value) in &options.labels {
-            labels.insert(key.clone(), Value::String(value.clone()));
+    for name in options.containers.keys() {
+        if !present.contains(name) {
+            return Err(OptionsError::UnknownContainer {
+                container: name.clone(),
+                available: present.join(", "),
+            });
+        }
+        if !allowed.contains(name) {
+            return Err(OptionsError::ContainerNotAllowed {
+                container: name.clone(),
+                allowed: allowed.join(", "),
+            });
         }
     }
     for (name, container_options) in &options.containers {
         for container in containers_named_mut(pod, name) {
-            apply_env(name, container, &container_options.env)?;
+            check_value_from(name, container, &container_options.env)?;
+        }
+    }
+    for (name, container_options) in &options.containers {
+        for container in containers_named_mut(pod, name) {
+            apply_to(name, container, &container_options.env)?;
         }
     }
     Ok(())
+}
+
+/// Refuses to replace a variable the configuration takes from `valueFrom`.
+fn check_value_from(
+    container_name: &str,
+    container: &Map<String, Value>,
+    env: &BTreeMap<String, String>,
+) -> Result<(), OptionsError> {
+    let from_source = container
+        .get("env")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|var| var.get("valueFrom").is_some_and(|v| !v.is_null()))
+        .filter_map(|var| var.get("name").and_then(Value::as_str))
+        .find(|name| env.contains_key(*name));
+    match from_source {
+        Some(name) => Err(OptionsError::ValueFrom {
+            container: container_name.to_string(),
+            name: name.to_string(),
+        }),
+        None => Ok(()),
+    }
 }
 
 /// `metadata.labels` of a pod as an object, created when absent.
@@ -95,7 +126,7 @@ fn containers_named_mut<'a>(
         .filter(move |c| c.get("name").and_then(Value::as_str) == Some(name))
 }
 
-fn apply_env(
+fn apply_to(
     container_name: &str,
     container: &mut Map<String, Value>,
     env: &BTreeMap<String, String>,
@@ -121,7 +152,6 @@ fn apply_env(
         // so replacing only one could leave the configured value in effect.
         for var in list.iter_mut().filter_map(Value::as_object_mut) {
             if var.get("name").and_then(Value::as_str) == Some(name.as_str()) {
-                var.shift_remove("valueFrom");
                 var.insert("value".into(), Value::String(value.clone()));
                 replaced = true;
             }
@@ -171,6 +201,17 @@ mod tests {
         })
     }
 
+    fn all() -> Vec<String> {
+        ["browser", "seleniferous", "setup"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect()
+    }
+
+    fn apply(pod: &mut Value, options: &SessionOptions) -> Result<(), OptionsError> {
+        apply_env(pod, options, &all())
+    }
+
     fn with_env(container: &str, env: &[(&str, &str)]) -> SessionOptions {
         let mut options = SessionOptions::default();
         options
@@ -180,50 +221,18 @@ mod tests {
     }
 
     #[test]
-    fn apply_merges_labels() {
-        let mut pod = pod();
-        let options = SessionOptions {
-            labels: env_of(&[("team", "checkout"), ("build", "42")]),
-            ..Default::default()
-        };
-        apply(&mut pod, &options).unwrap();
-        assert_eq!(
-            serde_json::to_string(&pod["metadata"]["labels"]).unwrap(),
-            r#"{"app":"browser","team":"checkout","build":"42"}"#
-        );
-    }
-
-    #[test]
-    fn apply_creates_labels_only_when_needed() {
-        let mut pod = json!({"metadata": {"name": "b"}, "spec": {"containers": []}});
-        apply(&mut pod, &SessionOptions::default()).unwrap();
-        assert_eq!(pod["metadata"], json!({"name": "b"}));
-        let options = SessionOptions {
-            labels: env_of(&[("team", "x")]),
-            ..Default::default()
-        };
-        apply(&mut pod, &options).unwrap();
-        assert_eq!(pod["metadata"]["labels"], json!({"team": "x"}));
-    }
-
-    #[test]
     fn apply_replaces_env_in_place_and_appends_new_sorted() {
         let mut pod = pod();
         let options = with_env(
             "browser",
-            &[
-                ("ZONE", "z"),
-                ("POD_IP", "1.2.3.4"),
-                ("TZ", "Europe/Berlin"),
-                ("A", "a"),
-            ],
+            &[("ZONE", "z"), ("TZ", "Europe/Berlin"), ("A", "a")],
         );
         apply(&mut pod, &options).unwrap();
         assert_eq!(
             pod["spec"]["containers"][0]["env"],
             json!([
                 {"name": "TZ", "value": "Europe/Berlin"},
-                {"name": "POD_IP", "value": "1.2.3.4"},
+                {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
                 {"name": "LANG", "value": "C"},
                 {"name": "A", "value": "a"},
                 {"name": "ZONE", "value": "z"}
@@ -268,7 +277,12 @@ mod tests {
     fn apply_rejects_unknown_containers_before_changing_anything() {
         let mut pod = pod();
         let mut options = with_env("vnc", &[("X", "1")]);
-        options.labels = env_of(&[("team", "x")]);
+        options.containers.insert(
+            "browser".into(),
+            ContainerOptions {
+                env: env_of(&[("TZ", "CET")]),
+            },
+        );
         let original = pod.clone();
         let text = apply(&mut pod, &options).unwrap_err().to_string();
         assert_eq!(
@@ -281,16 +295,39 @@ mod tests {
     }
 
     #[test]
-    fn apply_reports_malformed_labels() {
-        let mut pod = json!({"metadata": {"labels": "app=browser"}, "spec": {"containers": []}});
-        let options = SessionOptions {
-            labels: env_of(&[("team", "x")]),
-            ..Default::default()
-        };
+    fn only_the_allowed_containers_take_options() {
+        let mut pod = pod();
+        let original = pod.clone();
+        let browser_only = vec!["browser".to_string()];
+        let text = apply_env(
+            &mut pod,
+            &with_env("seleniferous", &[("X", "1")]),
+            &browser_only,
+        )
+        .unwrap_err()
+        .to_string();
+        assert_eq!(
+            text,
+            format!(
+                "{PREFIX}container \"seleniferous\" does not take options (allowed: browser); the BrowserConfig entry may list it in optionsContainers"
+            )
+        );
+        assert_eq!(pod, original);
+        apply_env(&mut pod, &with_env("browser", &[("X", "1")]), &browser_only).unwrap();
+    }
+
+    #[test]
+    fn a_variable_from_value_from_is_never_replaced() {
+        let mut pod = pod();
+        let original = pod.clone();
+        let options = with_env("browser", &[("TZ", "CET"), ("POD_IP", "1.2.3.4")]);
         assert_eq!(
             apply(&mut pod, &options).unwrap_err().to_string(),
-            format!("{PREFIX}cannot apply to the pod: metadata.labels is not an object")
+            format!(
+                "{PREFIX}container \"browser\": env \"POD_IP\" comes from valueFrom in the BrowserConfig and cannot be replaced by options"
+            )
         );
+        assert_eq!(pod, original, "nothing changed, TZ neither");
     }
 
     #[test]

@@ -1,15 +1,16 @@
 //! The per-session options annotation `selenosis.io/options` (docs/configuration.md,
 //! "Per-session options"): the validated options and their errors; parsing and validation
-//! against the limits the hub enforces (`parse`), and application to a rendered pod (`apply`).
+//! against the limits the hub enforces and the admin's fence (`parse`), and application of
+//! the env to a rendered pod (`apply`; labels are layered by `render`).
 
 mod apply;
 mod parse;
 
 use std::collections::BTreeMap;
 
-pub use apply::apply;
+pub use apply::apply_env;
 pub(crate) use apply::labels_mut;
-pub use parse::{from_browser, parse};
+pub use parse::{from_browser, is_loader_variable, parse};
 
 /// Most labels one session may add.
 pub const MAX_LABELS: usize = 64;
@@ -87,6 +88,22 @@ pub enum OptionsError {
         container: String,
         available: String,
     },
+    #[error(
+        "unmarshal selenosis.io/options: container {container:?}: env {name:?} changes how programs are loaded and cannot be set by options"
+    )]
+    LoaderVariable { container: String, name: String },
+    #[error(
+        "unmarshal selenosis.io/options: container {container:?}: env {name:?}: the value contains a control character"
+    )]
+    ControlCharacter { container: String, name: String },
+    #[error(
+        "unmarshal selenosis.io/options: container {container:?}: env {name:?} comes from valueFrom in the BrowserConfig and cannot be replaced by options"
+    )]
+    ValueFrom { container: String, name: String },
+    #[error(
+        "unmarshal selenosis.io/options: container {container:?} does not take options (allowed: {allowed}); the BrowserConfig entry may list it in optionsContainers"
+    )]
+    ContainerNotAllowed { container: String, allowed: String },
     #[error("unmarshal selenosis.io/options: cannot apply to the pod: {path} is not {expected}")]
     MalformedPod {
         path: String,

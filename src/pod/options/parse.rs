@@ -13,11 +13,34 @@ use super::{
 };
 use crate::api::keys::ANNOTATION_OPTIONS;
 use crate::pod::names;
+use crate::pod::policy::Fence;
 
-/// Label key prefixes reserved for the operator and the Kubernetes recommended labels.
-const RESERVED_PREFIXES: [&str; 2] = ["selenosis.io", "app.kubernetes.io"];
-/// Subdomains of the operator's domain are reserved too (`browser.selenosis.io/…`).
-const RESERVED_SUBDOMAIN_SUFFIX: &str = ".selenosis.io";
+/// Variables that change how the dynamic loader and the C library load code and data: glibc
+/// ignores them for privileged programs, and a session client must not set them at all.
+const LOADER_VARIABLES: [&str; 13] = [
+    "GCONV_PATH",
+    "GETCONF_DIR",
+    "GLIBC_TUNABLES",
+    "HOSTALIASES",
+    "LOCALDOMAIN",
+    "LOCPATH",
+    "MALLOC_TRACE",
+    "NIS_PATH",
+    "NLSPATH",
+    "RESOLV_HOST_CONF",
+    "RES_OPTIONS",
+    "TMPDIR",
+    "TZDIR",
+];
+
+/// Every `LD_*` variable belongs to the dynamic loader (`LD_PRELOAD`, `LD_LIBRARY_PATH`,
+/// `LD_AUDIT` …).
+const LOADER_PREFIX: &str = "LD_";
+
+/// Whether `name` is a variable of the dynamic loader or the C library's loading.
+pub fn is_loader_variable(name: &str) -> bool {
+    name.starts_with(LOADER_PREFIX) || LOADER_VARIABLES.contains(&name)
+}
 
 /// The annotation as sent. Only JSON objects are accepted (derived struct deserializers
 /// would also take arrays); `null` maps count as absent, as Go clients send them; unknown
@@ -83,11 +106,12 @@ impl<'de> Deserialize<'de> for RawContainer {
     }
 }
 
-/// Parses and validates the annotation text.
-pub fn parse(annotation: &str) -> Result<SessionOptions, OptionsError> {
+/// Parses and validates the annotation text; labels under the prefixes `fence` reserves are
+/// refused.
+pub fn parse(annotation: &str, fence: &Fence) -> Result<SessionOptions, OptionsError> {
     let raw: RawOptions = serde_json::from_str(annotation).map_err(OptionsError::Json)?;
     let labels = raw.labels.unwrap_or_default();
-    validate_labels(&labels)?;
+    validate_labels(&labels, fence)?;
     let raw_containers = raw.containers.unwrap_or_default();
     if raw_containers.len() > MAX_CONTAINERS {
         return Err(OptionsError::TooManyContainers {
@@ -107,19 +131,22 @@ pub fn parse(annotation: &str) -> Result<SessionOptions, OptionsError> {
 }
 
 /// Reads the options of a Browser; no annotation means no options.
-pub fn from_browser(browser: &DynamicObject) -> Result<SessionOptions, OptionsError> {
+pub fn from_browser(
+    browser: &DynamicObject,
+    fence: &Fence,
+) -> Result<SessionOptions, OptionsError> {
     match browser
         .metadata
         .annotations
         .as_ref()
         .and_then(|a| a.get(ANNOTATION_OPTIONS))
     {
-        Some(annotation) => parse(annotation),
+        Some(annotation) => parse(annotation, fence),
         None => Ok(SessionOptions::default()),
     }
 }
 
-fn validate_labels(labels: &BTreeMap<String, String>) -> Result<(), OptionsError> {
+fn validate_labels(labels: &BTreeMap<String, String>, fence: &Fence) -> Result<(), OptionsError> {
     if labels.len() > MAX_LABELS {
         return Err(OptionsError::TooManyLabels {
             count: labels.len(),
@@ -130,7 +157,7 @@ fn validate_labels(labels: &BTreeMap<String, String>) -> Result<(), OptionsError
             key: key.clone(),
             reason,
         })?;
-        if let Some(prefix) = reserved_prefix(key) {
+        if let Some(prefix) = fence.reserved_label(key) {
             return Err(OptionsError::ReservedLabel {
                 key: key.clone(),
                 prefix,
@@ -143,16 +170,6 @@ fn validate_labels(labels: &BTreeMap<String, String>) -> Result<(), OptionsError
         })?;
     }
     Ok(())
-}
-
-fn reserved_prefix(key: &str) -> Option<String> {
-    let (prefix, _) = key.split_once('/')?;
-    if RESERVED_PREFIXES.contains(&prefix) {
-        return Some(format!("{prefix}/"));
-    }
-    prefix
-        .ends_with(RESERVED_SUBDOMAIN_SUFFIX)
-        .then(|| format!("*{RESERVED_SUBDOMAIN_SUFFIX}/"))
 }
 
 fn validate_env(container: &str, env: &BTreeMap<String, String>) -> Result<(), OptionsError> {
@@ -182,6 +199,18 @@ fn validate_env(container: &str, env: &BTreeMap<String, String>) -> Result<(), O
         if value_chars > MAX_VALUE_CHARS {
             return Err(too_long("value", value_chars));
         }
+        if is_loader_variable(name) {
+            return Err(OptionsError::LoaderVariable {
+                container: container.to_string(),
+                name: name.clone(),
+            });
+        }
+        if value.chars().any(char::is_control) {
+            return Err(OptionsError::ControlCharacter {
+                container: container.to_string(),
+                name: name.clone(),
+            });
+        }
     }
     Ok(())
 }
@@ -195,6 +224,10 @@ mod tests {
     use super::*;
 
     const PREFIX: &str = "unmarshal selenosis.io/options: ";
+
+    fn parse(annotation: &str) -> Result<SessionOptions, OptionsError> {
+        super::parse(annotation, &Fence::default())
+    }
 
     fn err(annotation: &str) -> String {
         parse(annotation).unwrap_err().to_string()
@@ -348,24 +381,72 @@ mod tests {
     }
 
     #[test]
-    fn reserved_label_prefixes_are_rejected() {
-        assert_eq!(
-            err(r#"{"labels":{"selenosis.io/x":"y"}}"#),
-            format!("{PREFIX}label \"selenosis.io/x\" uses reserved prefix selenosis.io/")
-        );
-        assert_eq!(
-            err(r#"{"labels":{"app.kubernetes.io/managed-by":"me"}}"#),
-            format!(
-                "{PREFIX}label \"app.kubernetes.io/managed-by\" uses reserved prefix app.kubernetes.io/"
-            )
-        );
-        assert_eq!(
-            err(r#"{"labels":{"browser.selenosis.io/x":"y"}}"#),
-            format!(
-                "{PREFIX}label \"browser.selenosis.io/x\" uses reserved prefix *.selenosis.io/"
-            )
-        );
+    fn reserved_and_foreign_label_prefixes_are_rejected() {
+        for (key, prefix) in [
+            ("selenosis.io/x", "selenosis.io/"),
+            ("selenosis.io/owner", "selenosis.io/"),
+            ("app.kubernetes.io/managed-by", "*.kubernetes.io/"),
+            ("kubernetes.io/metadata.name", "kubernetes.io/"),
+            ("node-role.kubernetes.io/x", "*.kubernetes.io/"),
+            ("k8s.io/x", "k8s.io/"),
+            ("browser.selenosis.io/x", "*.selenosis.io/"),
+            ("sidecar.istio.io/inject", "*.istio.io/"),
+        ] {
+            let annotation = json!({"labels": {key: "y"}}).to_string();
+            assert_eq!(
+                err(&annotation),
+                format!("{PREFIX}label {key:?} uses reserved prefix {prefix}")
+            );
+        }
         assert!(parse(r#"{"labels":{"notselenosis.io/x":"y","selenosis.io":"y"}}"#).is_ok());
+        let fence = Fence::new(&["netpol.example.com".to_string()], &[], &[]);
+        assert_eq!(
+            super::parse(r#"{"labels":{"netpol.example.com/zone":"a"}}"#, &fence)
+                .unwrap_err()
+                .to_string(),
+            format!(
+                "{PREFIX}label \"netpol.example.com/zone\" uses reserved prefix netpol.example.com/"
+            )
+        );
+        assert!(parse(r#"{"labels":{"netpol.example.com/zone":"a"}}"#).is_ok());
+    }
+
+    #[test]
+    fn loader_variables_and_control_characters_are_refused() {
+        for name in [
+            "LD_PRELOAD",
+            "LD_LIBRARY_PATH",
+            "LD_AUDIT",
+            "GCONV_PATH",
+            "GLIBC_TUNABLES",
+        ] {
+            let annotation =
+                json!({"containers": {"browser": {"env": {name: "/tmp/x.so"}}}}).to_string();
+            assert_eq!(
+                err(&annotation),
+                format!(
+                    "{PREFIX}container \"browser\": env {name:?} changes how programs are loaded and cannot be set by options"
+                )
+            );
+        }
+        for value in [
+            r"a\u0000b",
+            r"line\nbreak",
+            r"tab\there",
+            r"bell\u0007",
+            r"del\u007f",
+        ] {
+            let annotation =
+                format!(r#"{{"containers":{{"browser":{{"env":{{"X":"{value}"}}}}}}}}"#);
+            assert_eq!(
+                err(&annotation),
+                format!(
+                    "{PREFIX}container \"browser\": env \"X\": the value contains a control character"
+                ),
+                "{value}"
+            );
+        }
+        assert!(parse(r#"{"containers":{"browser":{"env":{"TZ":"Europe/Berlin","LANG":"de_DE.UTF-8","LDAP":"x"}}}}"#).is_ok());
     }
 
     fn browser(annotations: Value) -> DynamicObject {
@@ -381,15 +462,20 @@ mod tests {
     #[test]
     fn from_browser_reads_the_annotation() {
         assert_eq!(
-            from_browser(&browser(json!({"other": "x"}))).unwrap(),
+            from_browser(&browser(json!({"other": "x"})), &Fence::default()).unwrap(),
             SessionOptions::default()
         );
-        let options = from_browser(&browser(
-            json!({"selenosis.io/options": r#"{"labels":{"a":"b"}}"#}),
-        ))
+        let options = from_browser(
+            &browser(json!({"selenosis.io/options": r#"{"labels":{"a":"b"}}"#})),
+            &Fence::default(),
+        )
         .unwrap();
         assert_eq!(options.labels, env_of(&[("a", "b")]));
-        let error = from_browser(&browser(json!({"selenosis.io/options": "nope"}))).unwrap_err();
+        let error = from_browser(
+            &browser(json!({"selenosis.io/options": "nope"})),
+            &Fence::default(),
+        )
+        .unwrap_err();
         assert!(error.to_string().starts_with(PREFIX));
     }
 
@@ -400,12 +486,14 @@ mod tests {
             serde_json::from_value(docs[0].clone()).unwrap()
         };
         let chrome = read(include_str!("../../../testdata/browsers/chrome.yaml"));
-        let options = from_browser(&chrome).unwrap();
+        let options = from_browser(&chrome, &Fence::default()).unwrap();
         assert_eq!(options.containers["browser"].env["TZ"], "Europe/Berlin");
         let invalid = read(include_str!(
             "../../../testdata/browsers/invalid-options.yaml"
         ));
-        let text = from_browser(&invalid).unwrap_err().to_string();
+        let text = from_browser(&invalid, &Fence::default())
+            .unwrap_err()
+            .to_string();
         assert!(text.starts_with(&format!("{PREFIX}invalid type")), "{text}");
     }
 }
