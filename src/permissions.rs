@@ -167,13 +167,9 @@ pub fn required(kinds: &Kinds, namespaces: &[String]) -> Vec<Access> {
         out.extend(access(browser, Some("status"), &["patch"], ns));
         // A pod's owner reference with blockOwnerDeletion needs update on the finalizers.
         out.extend(access(browser, Some("finalizers"), &["update"], ns));
-        out.extend(access(
-            &kinds.browserconfig,
-            None,
-            &["get", "list", "watch"],
-            ns,
-        ));
+        out.extend(access(&kinds.browserconfig, None, &["list", "watch"], ns));
         out.extend(access(&kinds.browserconfig, Some("status"), &["patch"], ns));
+        // Server-side apply: an apply that creates is authorized as a patch and a create.
         out.extend(access(
             &kinds.pod,
             None,
@@ -329,7 +325,6 @@ mod tests {
                 "delete browsers.selenosis.io in all namespaces",
                 "patch browsers.selenosis.io/status in all namespaces",
                 "update browsers.selenosis.io/finalizers in all namespaces",
-                "get browserconfigs.selenosis.io in all namespaces",
                 "list browserconfigs.selenosis.io in all namespaces",
                 "watch browserconfigs.selenosis.io in all namespaces",
                 "patch browserconfigs.selenosis.io/status in all namespaces",

@@ -152,24 +152,16 @@ fn expected_in_watched_namespaces() -> BTreeSet<Triple> {
             &["browsers"],
             &["get", "list", "watch", "patch", "delete"],
         ),
-        triples(&browser_groups, &["browsers/status"], &["get", "patch"]),
+        triples(&browser_groups, &["browsers/status"], &["patch"]),
         triples(&browser_groups, &["browsers/finalizers"], &["update"]),
-        triples(
-            &config_groups,
-            &["browserconfigs"],
-            &["get", "list", "watch"],
-        ),
-        triples(
-            &config_groups,
-            &["browserconfigs/status"],
-            &["get", "patch"],
-        ),
+        triples(&config_groups, &["browserconfigs"], &["list", "watch"]),
+        triples(&config_groups, &["browserconfigs/status"], &["patch"]),
         triples(
             &[""],
             &["pods"],
             &["get", "list", "watch", "create", "patch", "delete"],
         ),
-        triples(&["", "events.k8s.io"], &["events"], &["create", "patch"]),
+        triples(&["events.k8s.io"], &["events"], &["create", "patch"]),
     ] {
         expected.extend(set);
     }

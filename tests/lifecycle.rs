@@ -132,6 +132,115 @@ async fn transient_create_errors_are_retried() {
     );
 }
 
+/// Requests of `verb` (`patch` includes applies that create) on `resource` (`browsers/status`
+/// for a subresource) for `name`, dry runs aside, whatever they were answered.
+fn requests_for(env: &Env, verb: &str, resource: &str, name: &str) -> usize {
+    let (resource, sub) = match resource.split_once('/') {
+        Some((r, s)) => (r, Some(s)),
+        None => (resource, None),
+    };
+    env.server
+        .requests()
+        .iter()
+        .filter(|r| {
+            r.resource == resource
+                && r.subresource.as_deref() == sub
+                && r.name.as_deref() == Some(name)
+                && r.verb == verb
+                && !r.dry_run
+        })
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_create_refused_for_an_unknown_reason_fails_the_browser_after_three_tries() {
+    let env = Env::start(&[]).await;
+    env.chrome_config().await;
+    env.server.inject(
+        Fault::new(
+            "create",
+            "pods",
+            413,
+            "RequestEntityTooLarge",
+            "Request entity too large: limit is 3145728",
+        )
+        .object(NS, "big"),
+    );
+    env.create_browser(hub_browser("big")).await;
+    let failure = env.failure_of("big").await;
+    assert_eq!(failure["reason"], "WriteRejected");
+    assert_eq!(
+        failure["message"],
+        "the API server refused to create pod 3 times: 413 RequestEntityTooLarge: Request entity too large: limit is 3145728"
+    );
+    env.until_gone("big").await;
+    assert_eq!(requests_for(&env, "patch", "pods", "big"), 3, "three tries");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_metadata_write_refused_for_good_fails_the_browser_naming_the_answer() {
+    let env = Env::start(&[]).await;
+    env.chrome_config().await;
+    env.server.inject(
+        Fault::new(
+            "patch",
+            "browsers",
+            422,
+            "Invalid",
+            "Browser.selenosis.io \"meta\" is invalid: metadata.labels: Invalid value",
+        )
+        .object(NS, "meta"),
+    );
+    env.create_browser(hub_browser("meta")).await;
+    let failure = env.failure_of("meta").await;
+    assert_eq!(failure["reason"], "WriteRejected");
+    assert!(
+        failure["message"].as_str().unwrap().starts_with(
+            "the API server refused to apply Browser finalizer and labels 3 times: 422 Invalid: "
+        ),
+        "{failure}"
+    );
+    // Its deletion goes without the finalizer the refused write would have added.
+    env.until_gone("meta").await;
+    assert_eq!(env.pod_creates("meta"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_browser_whose_status_is_always_refused_is_deleted_not_retried_forever() {
+    let env = Env::start(&[]).await;
+    env.chrome_config().await;
+    env.server.inject(
+        Fault::new(
+            "patch",
+            "browsers",
+            413,
+            "RequestEntityTooLarge",
+            "Request entity too large",
+        )
+        .subresource("status")
+        .object(NS, "mute"),
+    );
+    env.record_browser_events();
+    env.create_browser(hub_browser("mute")).await;
+    // No status can be written: the Browser is deleted, its pod with it.
+    env.until_gone("mute").await;
+    let status_writes = requests_for(&env, "patch", "browsers/status", "mute");
+    assert!(
+        (6..=10).contains(&status_writes),
+        "a bounded number of status writes: {status_writes}"
+    );
+    env.until("the deletion is told in an Event", |e| {
+        e.event_reasons("mute").iter().any(|r| r == "WriteRejected")
+    })
+    .await;
+    // Nothing more is tried once it is gone.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        requests_for(&env, "patch", "browsers/status", "mute"),
+        status_writes
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleting_a_config_does_not_disturb_sessions_that_have_their_pod() {
     let env = Env::start(&[]).await;

@@ -105,6 +105,39 @@ pub fn removed_fields(dry_runs: &[DryRun]) -> Vec<String> {
 /// Reason of the `Valid` condition while the cluster refuses to judge the pods.
 pub const VALIDATION_REFUSED: &str = "ValidationRefused";
 
+/// Reason of the Event when the API server refuses a BrowserConfig's status.
+pub const STATUS_REFUSED: &str = "StatusRefused";
+
+/// Reason of the conditions (or the Event) of a BrowserConfig the operator cannot read.
+pub const UNDECODABLE: &str = "Undecodable";
+
+/// What a BrowserConfig the operator cannot read is told.
+pub fn undecodable_message(error: &str) -> String {
+    format!(
+        "the operator cannot read this BrowserConfig ({error}); it is skipped: no Browser uses its entries until it is changed (JSON nested deeper than 128 levels cannot be read)"
+    )
+}
+
+/// The status of a BrowserConfig the operator cannot read: not valid, not ready, and nothing
+/// else known. Its conditions cannot carry a transition time from before (the old status is
+/// unreadable too), so they take `now`; it is written once per generation.
+pub fn undecodable_status(generation: Option<i64>, message: &str, now: Timestamp) -> Value {
+    let condition = |kind: &str| {
+        json!({
+            "type": kind,
+            "status": "False",
+            "reason": UNDECODABLE,
+            "message": message,
+            "lastTransitionTime": now.to_string(),
+        })
+    };
+    let mut status = json!({"conditions": [condition("Ready"), condition("Valid")]});
+    if let Some(generation) = generation {
+        status["observedGeneration"] = json!(generation);
+    }
+    status
+}
+
 fn condition(
     current: &Value,
     kind: &str,

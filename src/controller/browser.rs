@@ -15,7 +15,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use serde_json::Value;
-use tracing::{Instrument, debug, info_span};
+use tracing::{Instrument, debug, info_span, warn};
 
 use super::cached::CachedBrowser;
 use super::execute::{ExecuteError, Executed, Target};
@@ -26,7 +26,7 @@ use crate::lifecycle::decide::{self, Observed};
 use crate::lifecycle::desired;
 use crate::lifecycle::milestones;
 use crate::lifecycle::plan::{Plan, PodCreation};
-use crate::lifecycle::rejection;
+use crate::lifecycle::rejection::{self, AfterRefusal, Write};
 use crate::metrics::Stage;
 
 /// Decisions one reconcile takes at most: the first, after reading the pod, after confirming
@@ -73,13 +73,139 @@ pub(super) async fn reconcile(
         .await
         .map_err(|_| ReconcileError::StoreClosed("worker"))?;
     let span = info_span!("reconcile", namespace = %ns, name = %name);
-    let result = Box::pin(reconcile_inner(&scope, &ns, &name))
-        .instrument(span)
-        .await;
+    let result = async {
+        match Box::pin(reconcile_inner(&scope, &ns, &name)).await {
+            Err(error) => Box::pin(after_refusal(&scope, &ns, &name, error)).await,
+            done => done,
+        }
+    }
+    .instrument(span)
+    .await;
     if result.is_ok() {
         scope.succeeded(&(ns, name));
     }
     result
+}
+
+/// A write the API server refused for a reason no rule knows: counted, and what follows is
+/// `rejection::after_refusal`'s to say (retry; fail the Browser naming the answer; delete it;
+/// stop). Any other error is retried with backoff as it is.
+async fn after_refusal(
+    scope: &Scope,
+    ns: &str,
+    name: &str,
+    error: ReconcileError,
+) -> Result<Action, ReconcileError> {
+    let Some((write, status)) = error.refusal() else {
+        return Err(error);
+    };
+    let refusals = scope.refused(&(ns.to_string(), name.to_string()));
+    let next = rejection::after_refusal(
+        refusals,
+        write,
+        status.code,
+        &status.reason,
+        &status.message,
+    );
+    let plan = match next {
+        AfterRefusal::Retry => return Err(error),
+        AfterRefusal::GiveUp => {
+            if refusals == 3 * rejection::ATTEMPTS {
+                warn!(refusals, error = %error, "the API server refuses every write for this Browser; giving up until it changes");
+                if let Some(view) = current_view(scope, ns, name)? {
+                    let reference = view.browser.object_ref(&scope.shared.kinds.browser);
+                    let event = crate::lifecycle::plan::Event {
+                        warning: true,
+                        reason: crate::lifecycle::reason::Reason::WriteRejected.into(),
+                        note: format!(
+                            "the API server refuses every write for this Browser ({error}); the operator stops trying until it changes"
+                        ),
+                        action: "GiveUp",
+                    };
+                    scope.shared.events.publish(event, reference);
+                }
+            }
+            return Ok(Action::await_change());
+        }
+        AfterRefusal::Fail(failure) => {
+            let Some(view) = current_view(scope, ns, name)? else {
+                return Ok(Action::await_change());
+            };
+            let observed = Observed {
+                browser: &view.browser,
+                pod: view.pod(),
+                now: Timestamp::now(),
+            };
+            (
+                decide::rejected(&observed, &scope.shared.settings, failure),
+                view,
+            )
+        }
+        AfterRefusal::Abandon => {
+            let Some(view) = current_view(scope, ns, name)? else {
+                return Ok(Action::await_change());
+            };
+            let observed = Observed {
+                browser: &view.browser,
+                pod: view.pod(),
+                now: Timestamp::now(),
+            };
+            (decide::abandoned(&observed, &status.message), view)
+        }
+    };
+    let (plan, view) = plan;
+    log_plan(&plan);
+    let shared = &scope.shared;
+    let pods_api = scope.api(&shared.kinds.pod, ns);
+    let browsers_api = scope.api(&shared.kinds.browser, ns);
+    let executed = target(shared, &browsers_api, &pods_api, &view.browser)
+        .execute(&plan)
+        .await?;
+    if !executed.vanished {
+        publish_failures(shared, &plan);
+    }
+    remember(scope, ns, name, &view.browser, &executed);
+    if !executed.vanished {
+        let reference = view.browser.object_ref(&shared.kinds.browser);
+        for event in plan.events.iter().cloned() {
+            shared.events.publish(event, reference.clone());
+        }
+    }
+    Ok(plan
+        .requeue_after
+        .map_or_else(Action::await_change, Action::requeue))
+}
+
+/// The Browser and its pod as the caches and the last writes know them (`None` once the
+/// Browser is gone or let go of).
+fn current_view(scope: &Scope, ns: &str, name: &str) -> Result<Option<View>, ReconcileError> {
+    let shared = &scope.shared;
+    let browser_ref = ObjectRef::new_with(name, shared.kinds.browser.clone()).within(ns);
+    let Some(cached) = scope.browsers.get(&browser_ref) else {
+        return Ok(None);
+    };
+    let Some(browser) = scope
+        .fresher
+        .pick_browser(ns, name, &cached, &shared.kinds.browser)
+    else {
+        return Ok(None);
+    };
+    let pod_ref = ObjectRef::new_with(name, shared.kinds.pod.clone()).within(ns);
+    let pod = scope
+        .fresher
+        .pick_pod(
+            ns,
+            name,
+            scope.pods.get(&pod_ref).as_deref(),
+            &shared.kinds.pod,
+        )
+        .map(|pod| pod_json(&pod))
+        .transpose()?;
+    Ok(Some(View {
+        browser,
+        browser_current: false,
+        pod: pod.map(Some),
+    }))
 }
 
 async fn reconcile_inner(scope: &Scope, ns: &str, name: &str) -> Result<Action, ReconcileError> {
@@ -223,7 +349,7 @@ async fn finish(
             Some(failure) => executed.create_rejected = Some(failure),
             None => {
                 return Err(ExecuteError::Api {
-                    action: "create pod",
+                    write: Write::CreatePod,
                     source: kube::Error::Api(status),
                 }
                 .into());
@@ -238,7 +364,7 @@ async fn finish(
             pod: view.pod(),
             now: Timestamp::now(),
         };
-        let rejected = decide::create_rejected(&observed, &shared.settings, failure);
+        let rejected = decide::rejected(&observed, &shared.settings, failure);
         log_plan(&rejected);
         let pods_api = scope.api(&shared.kinds.pod, ns);
         let browsers_api = scope.api(&shared.kinds.browser, ns);

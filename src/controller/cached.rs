@@ -188,6 +188,19 @@ impl<'de> Deserialize<'de> for CachedBrowser {
     }
 }
 
+impl super::decoded::FromIdentity for CachedBrowser {
+    fn from_identity(metadata: ObjectMeta) -> Self {
+        CachedBrowser {
+            text: "{}".into(),
+            browser_name: None,
+            browser_version: None,
+            phase: None,
+            deleting: false,
+            metadata,
+        }
+    }
+}
+
 impl CachedBrowser {
     /// The Browser as decisions take it.
     pub fn to_object(&self, ar: &ApiResource) -> DynamicObject {

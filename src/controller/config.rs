@@ -26,6 +26,7 @@ use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use tracing::{Instrument, debug, info_span, warn};
 
+use super::decoded::{self, Decoded, FromIdentity, Undecodable};
 use super::events::ConfigEvents;
 use super::openapi::PodSchemas;
 use super::prepull::sync as prepull_sync;
@@ -145,9 +146,10 @@ async fn dry_run_entry(
                     _ if rejection.unknown_fields => (Some(s.message), None, true),
                     Remedy::Invalid(_) => (Some(s.message), None, false),
                     // Admission forbade even the dry run (a ResourceQuota of zero pods, a
-                    // policy): the pod was not judged. Not a failure to send: retrying at once
-                    // would change nothing.
-                    Remedy::Forbidden(_) => (None, Some(s.message), false),
+                    // policy), or the server refused it for a reason no rule knows (413 …):
+                    // the pod was not judged. Not a failure to send: retrying at once would
+                    // change nothing, so it is tried again with a growing backoff.
+                    Remedy::Forbidden(_) | Remedy::Refused => (None, Some(s.message), false),
                     Remedy::Retry => {
                         let source = kube::Error::Api(s);
                         return Err(ConfigError::DryRun { entry, source });
@@ -308,13 +310,30 @@ async fn reconcile(config: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Acti
             let mut body = apply::body(&ctx.kinds.browserconfig, &name, None);
             body["status"] = desired;
             ctx.metrics.write("apply", "browserconfigs/status");
-            api.patch_status(
-                &name,
-                &PatchParams::apply(keys::FIELD_MANAGER).force(),
-                &Patch::Apply(body),
-            )
-            .await
-            .map_err(ConfigError::Status)?;
+            let written = api
+                .patch_status(
+                    &name,
+                    &PatchParams::apply(keys::FIELD_MANAGER).force(),
+                    &Patch::Apply(body),
+                )
+                .await;
+            match written {
+                Ok(_) => {}
+                // Refused for a reason no rule knows: said once, and not tried again until the
+                // config changes (a retry would be refused alike).
+                Err(kube::Error::Api(status)) if rejection::is_refusal(status.code) => {
+                    let note = format!(
+                        "the API server refused this BrowserConfig's status: {} {}: {}",
+                        status.code, status.reason, status.message
+                    );
+                    warn!(error = %note, "BrowserConfig status refused; not retried until it changes");
+                    ctx.events
+                        .publish(&config, EventType::Warning, report::STATUS_REFUSED, note)
+                        .await;
+                    return Ok(Action::await_change());
+                }
+                Err(error) => return Err(ConfigError::Status(error)),
+            }
         }
         let prepull_refused = pre_pull.is_some_and(|(_, refused)| refused);
         if refusals.is_empty() {
@@ -390,7 +409,8 @@ pub async fn run_scope(
         prepull: prepull_images,
         policy,
     } = validation;
-    let api = scoped_api(&client, namespace.as_deref(), &kinds.browserconfig);
+    let api =
+        scoped_api::<Decoded<DynamicObject>>(&client, namespace.as_deref(), &kinds.browserconfig);
     // Config deletions, DaemonSet lists and changes: DaemonSets of configs that are gone are
     // swept.
     let (sweep_tx, sweeps) = futures::channel::mpsc::unbounded::<()>();
@@ -400,10 +420,16 @@ pub async fn run_scope(
     // Every completed list (a relist after the watch failed too) judges every config again.
     let (listed_tx, listed) = futures::channel::mpsc::unbounded::<()>();
     let health = WatchHealth::new("browserconfigs", metrics.clone());
-    let configs = watch::watch(
-        api,
-        watcher::Config::default().any_semantic(),
-        health.clone(),
+    let (undecodable_tx, undecodable) = futures::channel::mpsc::unbounded::<Undecodable>();
+    let configs = decoded::skip_undecodable(
+        watch::watch(
+            api,
+            watcher::Config::default().any_semantic(),
+            health.clone(),
+        ),
+        move |u: &Undecodable| {
+            let _ = undecodable_tx.unbounded_send(u.clone());
+        },
     )
     .reflect(writer)
     .inspect(watch::observe(health.clone(), move || {
@@ -469,6 +495,7 @@ pub async fn run_scope(
         prepull,
         policy,
     });
+    let report_ctx = ctx.clone();
     // Conflicts involve other configs of the namespace: any change re-checks them all.
     let controller =
         Controller::for_stream_with(futures::stream::empty(), store, kinds.browserconfig.clone())
@@ -512,10 +539,55 @@ pub async fn run_scope(
                     debug!(error = %e, "BrowserConfig controller event");
                 }
             });
+    let reports = report_undecodable(report_ctx, undecodable);
     match sweeper {
         Some(sweeper) => {
-            futures::future::join(controller, sweeper).await;
+            futures::future::join3(controller, sweeper, reports).await;
         }
-        None => controller.await,
+        None => {
+            futures::future::join(controller, reports).await;
+        }
+    }
+}
+
+/// Reports each BrowserConfig the client cannot decode once per generation: a log line with
+/// its name always, a `Valid: False` condition (reason `Undecodable`) when its status can be
+/// written, else a Warning Event. It stays out of every cache, so no Browser uses its entries
+/// and the other configs are served as before.
+async fn report_undecodable(
+    ctx: Arc<Context>,
+    mut undecodable: futures::channel::mpsc::UnboundedReceiver<Undecodable>,
+) {
+    let mut reported = std::collections::HashSet::new();
+    while let Some(config) = undecodable.next().await {
+        let meta = &config.metadata;
+        let (ns, name) = (
+            meta.namespace.clone().unwrap_or_default(),
+            meta.name.clone().unwrap_or_default(),
+        );
+        if !reported.insert((meta.uid.clone(), meta.generation)) {
+            continue;
+        }
+        warn!(namespace = %ns, name = %name, error = %config.error, "cannot read this BrowserConfig; it is skipped");
+        let message = report::undecodable_message(&config.error);
+        let api: Api<Decoded<DynamicObject>> =
+            Api::namespaced_with(ctx.client.clone(), &ns, &ctx.kinds.browserconfig);
+        let mut body = apply::body(&ctx.kinds.browserconfig, &name, meta.uid.as_deref());
+        body["status"] = report::undecodable_status(meta.generation, &message, Timestamp::now());
+        ctx.metrics.write("apply", "browserconfigs/status");
+        let written = api
+            .patch_status(
+                &name,
+                &PatchParams::apply(keys::FIELD_MANAGER).force(),
+                &Patch::Apply(body),
+            )
+            .await;
+        if let Err(error) = written {
+            warn!(namespace = %ns, name = %name, error = %describe(&error), "cannot write the status of the unreadable BrowserConfig; reporting it in an Event");
+            let object = DynamicObject::from_identity(meta.clone());
+            ctx.events
+                .publish(&object, EventType::Warning, report::UNDECODABLE, message)
+                .await;
+        }
     }
 }

@@ -208,7 +208,13 @@ impl ConfigEvents {
             }
             note.truncate(end);
         }
-        let action = if reason == report::VALIDATION_REFUSED {
+        let action = if [
+            report::VALIDATION_REFUSED,
+            report::UNDECODABLE,
+            report::STATUS_REFUSED,
+        ]
+        .contains(&reason)
+        {
             "Validate"
         } else {
             "PrePull"

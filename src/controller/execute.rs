@@ -14,7 +14,7 @@ use crate::api::keys;
 use crate::lifecycle::decide::holds_finalizer;
 use crate::lifecycle::milestones;
 use crate::lifecycle::plan::{Plan, PodAdoption, PodDelete};
-use crate::lifecycle::rejection;
+use crate::lifecycle::rejection::{self, Write};
 use crate::lifecycle::status::Failure;
 use crate::metrics::{Metrics, Stage};
 
@@ -24,9 +24,9 @@ const CREATE_ONLY: &str = "1";
 /// Why executing a plan failed; the reconcile is retried with backoff.
 #[derive(Debug, thiserror::Error)]
 pub enum ExecuteError {
-    #[error("{action} failed: {}", describe(.source))]
+    #[error("{write} failed: {}", describe(.source))]
     Api {
-        action: &'static str,
+        write: Write,
         #[source]
         source: kube::Error,
     },
@@ -154,7 +154,7 @@ impl Target<'_> {
                         }
                         None => {
                             return Err(ExecuteError::Api {
-                                action: "create pod",
+                                write: Write::CreatePod,
                                 source: kube::Error::Api(status),
                             });
                         }
@@ -162,7 +162,7 @@ impl Target<'_> {
                 }
                 Err(source) => {
                     return Err(ExecuteError::Api {
-                        action: "create pod",
+                        write: Write::CreatePod,
                         source,
                     });
                 }
@@ -229,7 +229,7 @@ impl Target<'_> {
                 .get_opt(self.name())
                 .await
                 .map_err(|source| ExecuteError::Api {
-                    action: "read Browser",
+                    write: Write::ReadBrowser,
                     source,
                 })?;
         Ok(current
@@ -249,7 +249,7 @@ impl Target<'_> {
                 .await,
         )
         .map_err(|source| ExecuteError::Api {
-            action: "apply Browser finalizer and labels",
+            write: Write::Metadata,
             source,
         })
     }
@@ -271,7 +271,7 @@ impl Target<'_> {
             .await
             .map(fresh)
             .map_err(|source| ExecuteError::Api {
-                action: "label adopted pod",
+                write: Write::AdoptPod,
                 source,
             })
     }
@@ -300,7 +300,7 @@ impl Target<'_> {
                 .await,
         )
         .map_err(|source| ExecuteError::Api {
-            action: "apply Browser status",
+            write: Write::Status,
             source,
         })
     }
@@ -320,7 +320,7 @@ impl Target<'_> {
             Ok(either) => Ok(either.left().map(fresh)),
             Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(None),
             Err(source) => Err(ExecuteError::Api {
-                action: "delete pod",
+                write: Write::DeletePod,
                 source,
             }),
         }
@@ -341,7 +341,7 @@ impl Target<'_> {
             })),
             Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(Deleted::Already),
             Err(source) => Err(ExecuteError::Api {
-                action: "delete Browser",
+                write: Write::DeleteBrowser,
                 source,
             }),
         }
@@ -376,7 +376,7 @@ impl Target<'_> {
                 .map(|_| ()),
         )
         .map_err(|source| ExecuteError::Api {
-            action: "release Browser finalizer",
+            write: Write::ReleaseFinalizer,
             source,
         })
     }

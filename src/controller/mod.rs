@@ -18,6 +18,7 @@
 mod browser;
 pub mod cached;
 pub mod config;
+pub mod decoded;
 pub mod discovery;
 mod events;
 pub mod execute;
@@ -39,15 +40,17 @@ use kube::api::{Api, DynamicObject};
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::reflector::{Store, store::Writer};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Client, ResourceExt};
+use kube::{Client, Resource, ResourceExt};
 use tracing::{debug, info, warn};
 
 use crate::api::error::describe;
 use crate::api::keys;
 use crate::api::kinds::Kinds;
 use crate::lifecycle::plan::Settings;
+use crate::lifecycle::rejection::{self, Write};
 use crate::metrics::Metrics;
 use cached::{CachedBrowser, CachedPod};
+use decoded::{Decoded, FromIdentity, Undecodable};
 use events::EventSink;
 use execute::ExecuteError;
 use fresher::Fresher;
@@ -84,6 +87,18 @@ pub enum ReconcileError {
 }
 
 impl ReconcileError {
+    /// The write and the API server's answer, when the error is a refusal no rule knows
+    /// (`rejection::is_refusal`).
+    fn refusal(&self) -> Option<(Write, &kube::core::Status)> {
+        match self {
+            ReconcileError::Execute(ExecuteError::Api {
+                write,
+                source: kube::Error::Api(status),
+            }) if rejection::is_refusal(status.code) => Some((*write, status)),
+            _ => None,
+        }
+    }
+
     fn kind(&self) -> &'static str {
         match self {
             ReconcileError::Execute(_) => "write",
@@ -114,6 +129,9 @@ pub struct Shared {
 /// The longest wait before a failed reconcile is retried. Short enough that Browsers do not
 /// wait long after an API outage that broke no watch (a relist retries them all at once).
 const RETRY_MAX: Duration = Duration::from_secs(30);
+
+/// The wait before a write refused for a reason no rule knows is tried again.
+const REFUSAL_RETRY: Duration = Duration::from_secs(1);
 
 impl Shared {
     /// Creates the shared state and spawns the event publisher.
@@ -166,6 +184,9 @@ pub struct Scope {
     configs_health: Arc<WatchHealth>,
     fresher: Arc<Fresher>,
     failures: Arc<Mutex<HashMap<(String, String), u32>>>,
+    /// Refusals in a row of each Browser's writes (`rejection::after_refusal`). Apart from
+    /// `failures`, which a relist clears: a refusal is counted until a reconcile succeeds.
+    refusals: Mutex<HashMap<(String, String), u32>>,
 }
 
 impl Scope {
@@ -186,6 +207,18 @@ impl Scope {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(key);
+        self.refusals
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(key);
+    }
+
+    /// Counts a refusal of one of the Browser's writes; returns how many in a row.
+    fn refused(&self, key: &(String, String)) -> u32 {
+        let mut refusals = self.refusals.lock().unwrap_or_else(|e| e.into_inner());
+        let count = refusals.entry(key.clone()).or_insert(0);
+        *count = count.saturating_add(1);
+        *count
     }
 }
 
@@ -243,10 +276,13 @@ pub async fn run_scope(
             _ => {}
         }
     };
-    let browsers = watch::watch(
-        scoped_api::<CachedBrowser>(client, ns, &kinds.browser),
-        watch::list_in_pages(watcher::Config::default()),
-        browsers_health.clone(),
+    let browsers = decoded::skip_undecodable(
+        watch::watch(
+            scoped_api::<Decoded<CachedBrowser>>(client, ns, &kinds.browser),
+            watch::list_in_pages(watcher::Config::default()),
+            browsers_health.clone(),
+        ),
+        undecodable_browsers(shared.clone()),
     )
     .reflect(browser_writer)
     .inspect(forget_deleted)
@@ -285,10 +321,15 @@ pub async fn run_scope(
     let configs_health = shared.watch_health("browserconfigs");
     let config_writer = Writer::<DynamicObject>::new(kinds.browserconfig.clone());
     let config_reader = config_writer.as_reader();
-    let configs = watch::watch(
-        scoped_api::<DynamicObject>(client, ns, &kinds.browserconfig),
-        watcher::Config::default().any_semantic(),
-        configs_health.clone(),
+    // An undecodable BrowserConfig is reported by the BrowserConfig controller; here it is
+    // only left out.
+    let configs = decoded::skip_undecodable(
+        watch::watch(
+            scoped_api::<Decoded<DynamicObject>>(client, ns, &kinds.browserconfig),
+            watcher::Config::default().any_semantic(),
+            configs_health.clone(),
+        ),
+        |_| {},
     )
     .modify(stages::strip_managed_fields)
     .reflect(config_writer)
@@ -307,6 +348,7 @@ pub async fn run_scope(
         configs_health,
         fresher,
         failures,
+        refusals: Mutex::new(HashMap::new()),
     });
 
     let browser_ar = kinds.browser.clone();
@@ -344,10 +386,56 @@ pub async fn run_scope(
         .await;
 }
 
+/// Reports a Browser the client cannot decode (the operator never writes such a status, so
+/// another writer put it there): a log line with its name and a Warning Event, once per
+/// resourceVersion. It is left out of the cache, so it is not reconciled.
+fn undecodable_browsers(shared: Arc<Shared>) -> impl FnMut(&Undecodable) + Send {
+    let mut reported = std::collections::HashSet::new();
+    move |undecodable| {
+        let meta = &undecodable.metadata;
+        let key = (meta.uid.clone(), meta.resource_version.clone());
+        if reported.len() > REPORTED_MAX {
+            reported.clear();
+        }
+        if !reported.insert(key) {
+            return;
+        }
+        warn!(
+            namespace = meta.namespace.as_deref().unwrap_or_default(),
+            name = meta.name.as_deref().unwrap_or_default(),
+            error = %undecodable.error,
+            "cannot read this Browser; it is skipped"
+        );
+        let reference =
+            DynamicObject::from_identity(meta.clone()).object_ref(&shared.kinds.browser);
+        shared.events.publish(
+            crate::lifecycle::plan::Event {
+                warning: true,
+                reason: crate::lifecycle::reason::Reason::Undecodable.into(),
+                note: format!(
+                    "the operator cannot read this Browser ({}); it is skipped until it changes",
+                    undecodable.error
+                ),
+                action: "Read",
+            },
+            reference,
+        );
+    }
+}
+
+/// Undecodable objects remembered as reported at most; then the memory starts afresh.
+const REPORTED_MAX: usize = 4096;
+
 fn error_policy(browser: Arc<CachedBrowser>, error: &ReconcileError, scope: Arc<Scope>) -> Action {
     scope.shared.metrics.reconcile_error(error.kind());
     let key = (browser.namespace().unwrap_or_default(), browser.name_any());
-    let wait = scope.backoff(key);
+    // A refusal will not pass with time: its few tries (`rejection::after_refusal`) come
+    // quickly, so that the Browser fails within seconds.
+    let wait = if error.refusal().is_some() {
+        REFUSAL_RETRY
+    } else {
+        scope.backoff(key)
+    };
     warn!(namespace = %browser.namespace().unwrap_or_default(), name = %browser.name_any(), error = %error, retry_in = ?wait, "reconcile failed");
     Action::requeue(wait)
 }

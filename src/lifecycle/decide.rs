@@ -376,10 +376,36 @@ fn fail(
     plan.requeue_after = Some(settings.failed_retention.max(Duration::from_secs(1)));
 }
 
-/// The plan after the API rejected the pod create for good (403, 422): fail the Browser.
-pub fn create_rejected(obs: &Observed, settings: &Settings, failure: Failure) -> Plan {
+/// The plan after the API rejected a write for good (a pod create refused with 403 or 422, a
+/// write refused again and again): fail the Browser.
+pub fn rejected(obs: &Observed, settings: &Settings, failure: Failure) -> Plan {
     let mut plan = Plan::default();
     fail(&mut plan, obs, settings, failure, None);
+    plan
+}
+
+/// The plan when even the Browser's failure cannot be written: force the pod away and delete
+/// the Browser, releasing the finalizer, so that the hub sees the session end.
+pub fn abandoned(obs: &Observed, message: &str) -> Plan {
+    let mut plan = Plan {
+        delete_browser: true,
+        release_finalizer: obs.has_finalizer(),
+        events: vec![Event {
+            warning: true,
+            reason: Reason::WriteRejected.into(),
+            note: format!(
+                "the API server refuses to take this Browser's failure ({message}); deleting the Browser and its pod"
+            ),
+            action: "Delete",
+        }],
+        ..Plan::default()
+    };
+    if let Some(pod) = obs.owned_pod() {
+        plan.delete_pod = Some(PodDelete {
+            uid: pod_uid(pod),
+            grace_seconds: Some(0),
+        });
+    }
     plan
 }
 
@@ -549,6 +575,35 @@ mod tests {
 
     fn no_creation() -> PodCreation {
         panic!("creation must not be asked for")
+    }
+
+    #[test]
+    fn an_abandoned_browser_goes_with_its_pod_forced() {
+        let b = browser(json!({}), json!({"phase": "Pending"}));
+        let p = pod(UID, json!({}), json!({"phase": "Pending"}));
+        let obs = Observed {
+            browser: &b,
+            pod: Some(&p),
+            now: t("2026-11-22T10:00:05Z"),
+        };
+        let plan = abandoned(&obs, "limit is 3145728");
+        assert!(plan.delete_browser && plan.release_finalizer);
+        assert_eq!(
+            plan.delete_pod,
+            Some(PodDelete {
+                uid: "p-uid".into(),
+                grace_seconds: Some(0)
+            })
+        );
+        assert!(plan.status.is_none() && plan.create_pod.is_none());
+        assert_eq!(plan.events[0].reason, "WriteRejected");
+        // A foreign pod of the name is left alone.
+        let foreign = pod("other", json!({}), json!({"phase": "Running"}));
+        let obs = Observed {
+            pod: Some(&foreign),
+            ..obs
+        };
+        assert_eq!(abandoned(&obs, "x").delete_pod, None);
     }
 
     #[test]

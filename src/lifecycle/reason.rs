@@ -18,6 +18,10 @@ pub enum Reason {
     PodLost,
     PodConflict,
     LifetimeExceeded,
+    /// The API server refused a write for a reason no rule knows, again and again.
+    WriteRejected,
+    /// Event and BrowserConfig condition: the object cannot be decoded (nested too deeply).
+    Undecodable,
     /// Event: the pod was created.
     PodCreated,
     /// Event: fields the cluster's Pod schema lacks were removed from the pod.
@@ -45,6 +49,8 @@ impl Reason {
             Self::PodLost => "PodLost",
             Self::PodConflict => "PodConflict",
             Self::LifetimeExceeded => "LifetimeExceeded",
+            Self::WriteRejected => "WriteRejected",
+            Self::Undecodable => "Undecodable",
             Self::PodCreated => "PodCreated",
             Self::PodFieldsRemoved => "PodFieldsRemoved",
             Self::DeletingPod => "DeletingPod",

@@ -1,6 +1,11 @@
 //! What an API error answering a write of the operator means (docs/behaviour.md, "Cleanup
 //! table"): one pure classification of the HTTP code and message for every writer, a
-//! Browser's pod create, a BrowserConfig entry's dry run and a pre-pull DaemonSet alike.
+//! Browser's pod create, a BrowserConfig entry's dry run and a pre-pull DaemonSet alike; and
+//! what follows when the API server keeps refusing a write for a reason no rule knows
+//! ([`after_refusal`]): a few tries, then the Browser fails, then it is deleted, then the
+//! operator stops trying. Nothing is retried without end.
+
+use std::fmt;
 
 use super::reason::Reason;
 use super::status::Failure;
@@ -29,6 +34,9 @@ pub enum Remedy {
     Forbidden(Failure),
     /// Of the moment (5xx, timeouts, conflicts, throttling): retry with backoff.
     Retry,
+    /// Refused for a reason no rule knows (a 4xx such as 413 Request Entity Too Large): retried
+    /// a few times only ([`after_refusal`]).
+    Refused,
 }
 
 impl Remedy {
@@ -36,7 +44,7 @@ impl Remedy {
     pub fn failure(self) -> Option<Failure> {
         match self {
             Remedy::Invalid(failure) | Remedy::Forbidden(failure) => Some(failure),
-            Remedy::Retry => None,
+            Remedy::Retry | Remedy::Refused => None,
         }
     }
 }
@@ -49,11 +57,102 @@ pub fn classify(code: u16, message: &str) -> Rejection {
         }
         403 => Remedy::Forbidden(Failure::new(Reason::Forbidden, message)),
         422 | 400 => Remedy::Invalid(Failure::new(Reason::InvalidPodSpec, message)),
+        _ if is_refusal(code) => Remedy::Refused,
         _ => Remedy::Retry,
     };
     Rejection {
         unknown_fields: is_unknown_field_rejection(message),
         remedy,
+    }
+}
+
+/// Whether an answer refuses a write for a reason that will not pass by itself: a 4xx that is
+/// not about credentials (401, refreshed by the client), presence (404, 409: handled by
+/// every writer as "gone" or "exists") or timing (408, 429).
+pub fn is_refusal(code: u16) -> bool {
+    (400..500).contains(&code) && !matches!(code, 401 | 404 | 408 | 409 | 429)
+}
+
+/// A write of a Browser reconcile, as messages name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Write {
+    Metadata,
+    ReadBrowser,
+    AdoptPod,
+    CreatePod,
+    Status,
+    DeletePod,
+    DeleteBrowser,
+    ReleaseFinalizer,
+}
+
+impl Write {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Write::Metadata => "apply Browser finalizer and labels",
+            Write::ReadBrowser => "read Browser",
+            Write::AdoptPod => "label adopted pod",
+            Write::CreatePod => "create pod",
+            Write::Status => "apply Browser status",
+            Write::DeletePod => "delete pod",
+            Write::DeleteBrowser => "delete Browser",
+            Write::ReleaseFinalizer => "release Browser finalizer",
+        }
+    }
+}
+
+impl fmt::Display for Write {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Refusals in a row of a Browser's writes before the next step of [`after_refusal`].
+pub const ATTEMPTS: u32 = 3;
+
+/// The longest message a refusal puts into a Browser's status (an admission webhook may
+/// answer at length).
+const MESSAGE_MAX: usize = 1024;
+
+/// What follows the `refusals`-th refusal in a row (counting this one) of a Browser's writes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AfterRefusal {
+    /// Try again with backoff.
+    Retry,
+    /// Fail the Browser with this reason and message (then it is deleted as usual).
+    Fail(Failure),
+    /// Even the failure cannot be written: delete the Browser, so that the hub sees the
+    /// session end.
+    Abandon,
+    /// Nothing the operator writes is accepted: stop, report, and wait for a change.
+    GiveUp,
+}
+
+/// The next step after a refused `write`: [`ATTEMPTS`] tries, then the failure naming the
+/// server's answer, then the Browser's deletion, then nothing more.
+pub fn after_refusal(
+    refusals: u32,
+    write: Write,
+    code: u16,
+    reason: &str,
+    message: &str,
+) -> AfterRefusal {
+    match refusals {
+        n if n < ATTEMPTS => AfterRefusal::Retry,
+        n if n < 2 * ATTEMPTS => {
+            let mut text =
+                format!("the API server refused to {write} {n} times: {code} {reason}: {message}");
+            if text.len() > MESSAGE_MAX {
+                let mut end = MESSAGE_MAX;
+                while !text.is_char_boundary(end) {
+                    end -= 1;
+                }
+                text.truncate(end);
+            }
+            AfterRefusal::Fail(Failure::new(Reason::WriteRejected, text))
+        }
+        n if n < 3 * ATTEMPTS => AfterRefusal::Abandon,
+        _ => AfterRefusal::GiveUp,
     }
 }
 
@@ -83,8 +182,65 @@ mod tests {
         assert!(
             matches!(classify(422, "Pod \"s1\" is invalid").remedy, Remedy::Invalid(f) if f.reason == "InvalidPodSpec")
         );
-        for transient in [500, 503, 504, 409, 429] {
-            assert_eq!(classify(transient, "x").remedy, Remedy::Retry);
+        for transient in [500, 503, 504, 409, 429, 408, 401, 404] {
+            assert_eq!(
+                classify(transient, "x").remedy,
+                Remedy::Retry,
+                "{transient}"
+            );
+        }
+        for refused in [413, 405, 415, 410, 431] {
+            assert_eq!(classify(refused, "x").remedy, Remedy::Refused, "{refused}");
+            assert_eq!(classify(refused, "x").remedy.failure(), None);
+        }
+    }
+
+    #[test]
+    fn refusals_no_rule_knows_are_bounded_step_by_step() {
+        let steps: Vec<AfterRefusal> = (1..=10)
+            .map(|n| {
+                after_refusal(
+                    n,
+                    Write::Status,
+                    413,
+                    "RequestEntityTooLarge",
+                    "limit is 3145728",
+                )
+            })
+            .collect();
+        assert_eq!(steps[..2], [AfterRefusal::Retry, AfterRefusal::Retry]);
+        assert_eq!(
+            steps[2],
+            AfterRefusal::Fail(Failure::new(
+                "WriteRejected",
+                "the API server refused to apply Browser status 3 times: 413 RequestEntityTooLarge: limit is 3145728"
+            ))
+        );
+        assert!(matches!(steps[4], AfterRefusal::Fail(_)));
+        assert_eq!(
+            steps[5..8],
+            [
+                AfterRefusal::Abandon,
+                AfterRefusal::Abandon,
+                AfterRefusal::Abandon
+            ]
+        );
+        assert_eq!(steps[8..], [AfterRefusal::GiveUp, AfterRefusal::GiveUp]);
+        // However long the server's message, the status gets a bounded one.
+        let long = "x".repeat(10_000);
+        match after_refusal(3, Write::Metadata, 422, "Invalid", &long) {
+            AfterRefusal::Fail(f) => assert_eq!(f.message.len(), 1024),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn what_is_a_refusal() {
+        for code in [400, 403, 405, 413, 422] {
+            assert!(is_refusal(code), "{code}");
+        }
+        for code in [200, 401, 404, 408, 409, 429, 500, 503] {
+            assert!(!is_refusal(code), "{code}");
         }
     }
 

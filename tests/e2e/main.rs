@@ -26,6 +26,7 @@
 //! `prepull` and `kubectl`. They see the private items of this file, as child modules do.
 
 mod config;
+mod hostile;
 mod kubectl;
 mod lifecycle;
 mod prepull;
@@ -108,6 +109,31 @@ impl Backend {
         self.kind != Kind::Cluster
     }
 
+    /// The API of a cluster-scoped kind, or of a kind across all namespaces.
+    fn api_all(&self, ar: &ApiResource) -> Api<DynamicObject> {
+        Api::all_with(self.client.clone(), ar)
+    }
+
+    /// A request whose answer is kept as text (an object the client could not decode, say);
+    /// `Err` with the answer for any status but 2xx.
+    async fn request(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<String>,
+    ) -> Result<String, String> {
+        let request = http::Request::builder()
+            .method(method)
+            .uri(path)
+            .header("content-type", "application/json")
+            .body(body.unwrap_or_default().into_bytes())
+            .map_err(|e| e.to_string())?;
+        self.client
+            .request_text(request)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
     async fn double() -> Self {
         let server = ApiServer::new();
         let served = server.serve().await.expect("double serves");
@@ -119,11 +145,20 @@ impl Backend {
         server.serve_openapi(true, true);
         server.check_pod_fields(400);
         let client = server.client();
+        // As on a real server, the operator acts as the ServiceAccount of rbac/, with exactly
+        // its rules (`rbac_in_step` checks afterwards that it needed every one of them).
+        controlplane::apply_dir(&client, &repo("rbac"))
+            .await
+            .expect("rbac/ applies to the double");
+        let operator_kubeconfig = dir.join("operator.kubeconfig");
+        served
+            .write_kubeconfig_as(&operator_kubeconfig, Some(&operator_user()))
+            .unwrap();
         Self {
             kind: Kind::Double,
             client,
-            admin_kubeconfig: kubeconfig.clone(),
-            operator_kubeconfig: kubeconfig,
+            admin_kubeconfig: kubeconfig,
+            operator_kubeconfig,
             dir,
             double: Some((server, served)),
             plane: None,
@@ -509,6 +544,18 @@ impl Ctx {
         .await;
     }
 
+    /// The Browser `name` as the recorded watch first showed it Running (a state a session may
+    /// leave again quickly: the history holds it, where a poll could miss it).
+    async fn seen_running(&self, name: &str) -> Value {
+        poll(WAIT, Duration::from_millis(20), || async {
+            self.seen("Browser", name)
+                .into_iter()
+                .find(|b| b["status"]["phase"] == "Running")
+                .ok_or_else(|| format!("{name} Running; seen: {:#?}", self.seen_statuses(name)))
+        })
+        .await
+    }
+
     /// Watch events of `kind` (`Browser`, `Pod`) named `name`, in order.
     fn seen(&self, kind: &str, name: &str) -> Vec<Value> {
         self.seen
@@ -865,6 +912,18 @@ fn scenarios() -> Vec<Scenario> {
             false
         ),
         scenario!(lifecycle::browser_older_than_max_lifetime_is_ended, false),
+        scenario!(hostile::a_browser_named_longer_than_a_label_value_runs_and_is_cleaned_up,
+            false
+        ),
+        scenario!(hostile::a_create_refused_as_too_large_fails_after_three_tries_not_forever,
+            false
+        ),
+        scenario!(hostile::a_browserconfig_too_deep_to_decode_is_skipped_and_others_keep_serving,
+            false
+        ),
+        scenario!(hostile::restricted_namespace_runs_browsers_with_the_restricted_level,
+            false
+        ),
         scenario!(restarts::operator_sigkilled_mid_lifecycle_and_restarted, true),
         scenario!(config::config_rejected_by_the_pod_schema_fails_browsers_with_invalid_config,
             false
@@ -980,7 +1039,7 @@ fn panic_message(e: tokio::task::JoinError) -> String {
     }
 }
 
-async fn run_backend(be: Backend, selected: &[&Scenario], tally: &mut Tally) {
+async fn run_backend(be: Backend, selected: &[&Scenario], complete: bool, tally: &mut Tally) {
     let be = Arc::new(be);
     let jobs = std::env::var("E2E_JOBS")
         .ok()
@@ -1073,6 +1132,23 @@ async fn run_backend(be: Backend, selected: &[&Scenario], tally: &mut Tally) {
         selected.len() + alone.len(),
         started.elapsed().as_secs_f64()
     );
+    // Only the whole suite uses every permission.
+    if let (true, Some((server, _))) = (complete, &be.double) {
+        let label = format!(
+            "{}/the_cluster_role_grants_only_what_the_operator_used",
+            be.kind.name()
+        );
+        match rbac::the_cluster_role_grants_only_what_the_operator_used(server, &operator_user()) {
+            Ok(()) => {
+                println!("test {label} ... ok");
+                tally.passed += 1;
+            }
+            Err(e) => {
+                println!("test {label} ... FAILED\n{e}");
+                tally.failed.push(label);
+            }
+        }
+    }
     match Arc::try_unwrap(be) {
         Ok(be) => be.stop(),
         Err(_) => println!("warning: backend still shared at teardown"),
@@ -1086,6 +1162,7 @@ fn main() -> ExitCode {
         .iter()
         .filter(|s| args.filters.is_empty() || args.filters.iter().any(|f| s.name.contains(f)))
         .collect();
+    let complete = selected.len() == all.len();
     if args.list {
         for s in &selected {
             println!("{}: test", s.name);
@@ -1107,11 +1184,11 @@ fn main() -> ExitCode {
         if selected.is_empty() {
             return;
         }
-        run_backend(Backend::double().await, &selected, &mut tally).await;
+        run_backend(Backend::double().await, &selected, complete, &mut tally).await;
         if let Some(kubeconfig) = std::env::var_os("E2E_KUBECONFIG").filter(|k| !k.is_empty()) {
             println!("real control plane: skipped (E2E_KUBECONFIG set: existing cluster)");
             match Backend::cluster(Path::new(&kubeconfig)).await {
-                Ok(be) => run_backend(be, &selected, &mut tally).await,
+                Ok(be) => run_backend(be, &selected, complete, &mut tally).await,
                 Err(e) => {
                     println!("cluster: cannot start: {e}");
                     tally.failed.push("cluster".into());
@@ -1122,7 +1199,7 @@ fn main() -> ExitCode {
         match Assets::from_env() {
             Ok(None) => println!("real control plane: skipped (KUBEBUILDER_ASSETS not set)"),
             Ok(Some(assets)) => match Backend::control_plane(&assets).await {
-                Ok(be) => run_backend(be, &selected, &mut tally).await,
+                Ok(be) => run_backend(be, &selected, complete, &mut tally).await,
                 Err(e) => {
                     println!("control-plane: cannot start: {e}");
                     tally.failed.push("control-plane".into());

@@ -124,7 +124,7 @@ fn condition<'a>(config: &'a Value, kind: &str) -> Option<&'a Value> {
 /// DaemonSet controller would: neither backend runs one); a change updates and drops
 /// DaemonSets; opting out removes them; a deleted config leaves none.
 pub(crate) async fn prepull_daemon_sets_follow_the_config_and_report_progress(cx: Arc<Ctx>) {
-    if cx.be.kind == Kind::ControlPlane {
+    if cx.be.kind != Kind::Cluster {
         // The operator runs as its ServiceAccount with rbac/: the file adds what the flag needs.
         for doc in prepull_rbac(&cx.ns) {
             controlplane::apply_object(&cx.be.client, &doc)

@@ -144,3 +144,89 @@ pub(crate) async fn namespace_scoped_with_only_the_namespaced_rbac(cx: Arc<Ctx>)
     let log = std::fs::read_to_string(&cx.log).unwrap_or_default();
     assert!(!log.contains("forbidden"), "{log}");
 }
+
+/// Grants of `rbac/` the operator needs without ever calling them: the API server asks for
+/// them on its behalf.
+const NEEDED_UNCALLED: [&str; 1] = [
+    // A pod's owner reference with blockOwnerDeletion: the OwnerReferencesPermissionEnforcement
+    // admission plugin checks that the writer may update the owner's finalizers.
+    "update selenosis/browsers/finalizers",
+];
+
+/// How a grant or a request is compared: `verb group/resource[/subresource]`, the groups of
+/// both layouts of the Browser kinds as one (`tests/install_manifests.rs` checks that both
+/// are granted alike), the core group as `core`.
+fn grant(verb: &str, group: &str, resource: &str) -> String {
+    let group = match group {
+        "" => "core",
+        g if g == "selenosis.io" || g.ends_with(".selenosis.io") => "selenosis",
+        g => g,
+    };
+    format!("{verb} {group}/{resource}")
+}
+
+/// Every grant of `rbac/cluster-role.yaml` and `rbac/prepull/cluster-role.yaml`.
+fn granted() -> std::collections::BTreeSet<String> {
+    let mut granted = std::collections::BTreeSet::new();
+    for file in ["rbac/cluster-role.yaml", "rbac/prepull/cluster-role.yaml"] {
+        let docs = browser_controller::manifest::read_file(&repo(file)).unwrap();
+        for rule in docs[0]["rules"].as_array().unwrap() {
+            let strings = |key: &str| -> Vec<String> {
+                rule[key]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.as_str().unwrap().to_string())
+                    .collect()
+            };
+            for group in strings("apiGroups") {
+                for resource in strings("resources") {
+                    for verb in strings("verbs") {
+                        granted.insert(grant(&verb, &group, &resource));
+                    }
+                }
+            }
+        }
+    }
+    granted
+}
+
+/// After the whole suite on the double, where the operator acted as the ServiceAccount of
+/// `rbac/` (and `rbac/prepull/` where it pre-pulls): it used every grant (or the grant is one
+/// the API server needs for it, [`NEEDED_UNCALLED`]), so `rbac/` grants only what the code
+/// calls. That it needed nothing more, RBAC on the double enforced all along.
+pub(crate) fn the_cluster_role_grants_only_what_the_operator_used(
+    server: &crate::ApiServer,
+    user: &str,
+) -> Result<(), String> {
+    let used: std::collections::BTreeSet<String> = server
+        .requests()
+        .into_iter()
+        .filter(|r| r.user.as_deref() == Some(user) && r.verb != "discovery")
+        .flat_map(|r| {
+            let resource = match &r.subresource {
+                Some(sub) => format!("{}/{sub}", r.resource),
+                None => r.resource.clone(),
+            };
+            // An apply that created (201) was authorized as a create too.
+            let created = r.patch_type.as_deref() == Some("apply") && r.status == 201;
+            let verbs = [Some(r.verb.as_str()), created.then_some("create")];
+            verbs
+                .into_iter()
+                .flatten()
+                .map(|verb| grant(verb, &r.group, &resource))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let unused: Vec<String> = granted()
+        .into_iter()
+        .filter(|g| !used.contains(g) && !NEEDED_UNCALLED.contains(&g.as_str()))
+        .collect();
+    if unused.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "rbac/ grants what the operator never used in the suite: {unused:?}\nused: {used:?}"
+        ))
+    }
+}

@@ -258,6 +258,13 @@ impl ControlPlane {
         if etcd_supports(&assets.etcd, "--unsafe-no-fsync") {
             etcd_args.push("--unsafe-no-fsync".to_string());
         }
+        // Servers from 1.27 serve watches from their cache only up to the newest revision
+        // etcd reported; etcd 3.4 reports it for an idle range only with this (else a watch of
+        // a quiet resource fails with "Too large resource version").
+        let progress = "--experimental-watch-progress-notify-interval";
+        if etcd_supports(&assets.etcd, progress) {
+            etcd_args.push(format!("{progress}=1s"));
+        }
         *lock(&plane.etcd) = Some(spawn(&assets.etcd, &etcd_args, &plane.etcd_log())?);
         plane
             .wait("etcd", || {

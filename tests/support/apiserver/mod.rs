@@ -147,6 +147,8 @@ impl AccessRule {
 /// One request as the server saw it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RequestRecord {
+    /// The impersonated user the request acted as; `None` for the admin.
+    pub user: Option<String>,
     /// `get`, `list`, `watch`, `create`, `update`, `patch`, `delete`, `deletecollection`, or
     /// `discovery` for `/version`, `/api*` and `/apis*` documents and unknown paths.
     pub verb: String,

@@ -9,6 +9,7 @@ use axum::body::Body;
 use axum::extract::{Query, Request, State as AxumState};
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::response::Response;
+use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::error::ApiError;
@@ -198,8 +199,14 @@ impl Incoming<'_> {
         } else {
             self.param("dryRun") == Some("All")
         };
+        let user = self
+            .headers
+            .get("impersonate-user")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
         state.requests.push(match call {
             Some(c) => RequestRecord {
+                user,
                 verb: c.verb.to_string(),
                 group: c.target.def.group.clone(),
                 resource: c.target.def.plural.clone(),
@@ -213,6 +220,7 @@ impl Incoming<'_> {
                 path: self.path.to_string(),
             },
             None => RequestRecord {
+                user,
                 verb: "discovery".to_string(),
                 group: String::new(),
                 resource: String::new(),
@@ -378,13 +386,7 @@ impl Incoming<'_> {
     /// The first matching injected fault, consumed.
     fn fault(&self, state: &mut State, call: &Call) -> Option<ApiError> {
         let t = &call.target;
-        // Admission sees an apply of an absent object as a create.
-        let creates = call.verb == "create"
-            || (call.patch_type == Some(PatchType::Apply)
-                && call
-                    .name
-                    .as_deref()
-                    .is_some_and(|n| state.stored(&t.def.key(), &t.ns, n).is_none()));
+        let creates = call.verb == "create" || applies_create(state, call);
         let key = t.def.key();
         let idx = state.faults.iter().position(|f| {
             state.resolve(&f.resource).is_some_and(|d| d.key() == key)
@@ -417,7 +419,11 @@ impl Incoming<'_> {
         if self.body.is_empty() {
             return Ok(Value::Null);
         }
-        match serde_json::from_slice(self.body) {
+        // A real API server stores objects nested deeper than serde_json's default limit.
+        let mut decoder = serde_json::Deserializer::from_slice(self.body);
+        decoder.disable_recursion_limit();
+        let parsed = Value::deserialize(&mut decoder).and_then(|v| decoder.end().map(|()| v));
+        match parsed {
             Ok(v) => Ok(v),
             // Apply bodies are YAML (kube sends JSON, which is YAML too).
             Err(e) if verb_apply => std::str::from_utf8(self.body)
@@ -505,11 +511,23 @@ impl Incoming<'_> {
             resource: &resource,
             namespace: &call.target.ns,
         };
-        if rbac::allows(state, &user, &request) {
-            return Ok(());
+        // An apply that creates is authorized as a patch and as a create, as the API server
+        // does.
+        let create = rbac::Request {
+            verb: "create",
+            ..request
+        };
+        let denied = [Some(request), applies_create(state, call).then_some(create)]
+            .into_iter()
+            .flatten()
+            .find(|r| !rbac::allows(state, &user, r));
+        match denied {
+            None => Ok(()),
+            Some(request) => {
+                let message = rbac::forbidden_message(&user, &request, call.name.as_deref());
+                Err(ApiError::new(403, "Forbidden", message))
+            }
         }
-        let message = rbac::forbidden_message(&user, &request, call.name.as_deref());
-        Err(ApiError::new(403, "Forbidden", message))
     }
 
     fn delete_opts(&self) -> Result<DeleteOpts, ApiError> {
@@ -726,4 +744,15 @@ fn patch_options_invalid(field: &str, reason: &str, message: &str) -> ApiError {
         "kind": "PatchOptions",
         "causes": [{"reason": reason, "message": message, "field": field}],
     }))
+}
+
+/// Whether `call` is an apply of an object that does not exist yet: admission and
+/// authorization take it for a create.
+fn applies_create(state: &State, call: &Call) -> bool {
+    let t = &call.target;
+    call.patch_type == Some(PatchType::Apply)
+        && call
+            .name
+            .as_deref()
+            .is_some_and(|n| state.stored(&t.def.key(), &t.ns, n).is_none())
 }

@@ -1,0 +1,281 @@
+//! Objects off the wire that the client cannot decode, kept apart so that one bad object never
+//! stops a watch (docs/operations.md, "Objects the operator cannot read").
+//!
+//! serde_json refuses JSON nested deeper than 128 levels, and a BrowserConfig may hold that
+//! in a field whose schema is left open (`affinity`, say). kube-runtime decodes a whole list
+//! at once: one such object would fail every list of its kind, and the watch would retry
+//! forever while no Browser of any namespace is served. Here each object is first taken as
+//! raw text (which has no depth limit), then decoded; what fails is reduced to what
+//! identifies it and the error, to be reported and skipped.
+
+use std::borrow::Cow;
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use kube::api::DynamicObject;
+use kube::core::{ApiResource, DynamicResourceScope, Resource};
+use kube::runtime::watcher;
+use serde::de::{DeserializeOwned, Error as _};
+use serde::{Deserialize, Deserializer};
+use serde_json::value::RawValue;
+
+/// An object as it came, or what identifies one that could not be decoded.
+#[derive(Debug, Clone)]
+pub enum Decoded<K> {
+    Object(K),
+    /// Boxed: most objects decode, and the identity is the larger part.
+    Undecodable(Box<Undecodable>),
+}
+
+/// What identifies an object that could not be decoded, and why.
+#[derive(Debug, Clone)]
+pub struct Undecodable {
+    /// Name, namespace, uid, resourceVersion, generation and creation time only.
+    pub metadata: ObjectMeta,
+    pub error: String,
+}
+
+/// The fields of `metadata` that identify an object; everything else is skipped unread (a
+/// deep object's `managedFields` are as deep as the object).
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase", default)]
+struct Identity {
+    name: Option<String>,
+    namespace: Option<String>,
+    uid: Option<String>,
+    resource_version: Option<String>,
+    generation: Option<i64>,
+    creation_timestamp: Option<Time>,
+}
+
+#[derive(Deserialize)]
+struct Head {
+    #[serde(default)]
+    metadata: Identity,
+}
+
+impl<'de, K: DeserializeOwned> Deserialize<'de> for Decoded<K> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let raw = Box::<RawValue>::deserialize(deserializer)?;
+        match serde_json::from_str::<K>(raw.get()) {
+            Ok(object) => Ok(Decoded::Object(object)),
+            Err(error) => {
+                let head: Head = serde_json::from_str(raw.get()).map_err(D::Error::custom)?;
+                let id = head.metadata;
+                Ok(Decoded::Undecodable(Box::new(Undecodable {
+                    metadata: ObjectMeta {
+                        name: id.name,
+                        namespace: id.namespace,
+                        uid: id.uid,
+                        resource_version: id.resource_version,
+                        generation: id.generation,
+                        creation_timestamp: id.creation_timestamp,
+                        ..ObjectMeta::default()
+                    },
+                    error: error.to_string(),
+                })))
+            }
+        }
+    }
+}
+
+impl<K> Resource for Decoded<K>
+where
+    K: Resource<DynamicType = ApiResource, Scope = DynamicResourceScope>,
+{
+    type DynamicType = ApiResource;
+    type Scope = DynamicResourceScope;
+
+    fn kind(dt: &ApiResource) -> Cow<'_, str> {
+        K::kind(dt)
+    }
+
+    fn group(dt: &ApiResource) -> Cow<'_, str> {
+        K::group(dt)
+    }
+
+    fn version(dt: &ApiResource) -> Cow<'_, str> {
+        K::version(dt)
+    }
+
+    fn api_version(dt: &ApiResource) -> Cow<'_, str> {
+        K::api_version(dt)
+    }
+
+    fn plural(dt: &ApiResource) -> Cow<'_, str> {
+        K::plural(dt)
+    }
+
+    fn meta(&self) -> &ObjectMeta {
+        match self {
+            Decoded::Object(object) => object.meta(),
+            Decoded::Undecodable(undecodable) => &undecodable.metadata,
+        }
+    }
+
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        match self {
+            Decoded::Object(object) => object.meta_mut(),
+            Decoded::Undecodable(undecodable) => &mut undecodable.metadata,
+        }
+    }
+}
+
+/// A cached kind that can stand for an object known only by what identifies it: what a cache
+/// removes when the object became undecodable.
+pub trait FromIdentity {
+    fn from_identity(metadata: ObjectMeta) -> Self;
+}
+
+impl FromIdentity for DynamicObject {
+    fn from_identity(metadata: ObjectMeta) -> Self {
+        DynamicObject {
+            types: None,
+            metadata,
+            data: serde_json::Value::Object(serde_json::Map::new()),
+        }
+    }
+}
+
+/// The watch events of the decodable objects. An undecodable object is handed to `report`
+/// and left out of a list; one that changes into an undecodable state is deleted from the
+/// cache, so that no decision rests on its older content.
+pub fn skip_undecodable<K, S>(
+    stream: S,
+    mut report: impl FnMut(&Undecodable) + Send,
+) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send
+where
+    S: Stream<Item = Result<watcher::Event<Decoded<K>>, watcher::Error>> + Send,
+    K: FromIdentity + Send,
+{
+    stream.filter_map(move |item| {
+        let event = match item {
+            Err(error) => Some(Err(error)),
+            Ok(event) => split(event, &mut report).map(Ok),
+        };
+        std::future::ready(event)
+    })
+}
+
+fn split<K: FromIdentity>(
+    event: watcher::Event<Decoded<K>>,
+    report: &mut impl FnMut(&Undecodable),
+) -> Option<watcher::Event<K>> {
+    use watcher::Event;
+    match event {
+        Event::Init => Some(Event::Init),
+        Event::InitDone => Some(Event::InitDone),
+        Event::Apply(Decoded::Object(k)) => Some(Event::Apply(k)),
+        Event::InitApply(Decoded::Object(k)) => Some(Event::InitApply(k)),
+        Event::Delete(Decoded::Object(k)) => Some(Event::Delete(k)),
+        Event::Apply(Decoded::Undecodable(u)) => {
+            report(&u);
+            Some(Event::Delete(K::from_identity(u.metadata)))
+        }
+        Event::InitApply(Decoded::Undecodable(u)) => {
+            report(&u);
+            None
+        }
+        Event::Delete(Decoded::Undecodable(u)) => Some(Event::Delete(K::from_identity(u.metadata))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// JSON text of an object whose `spec.affinity` nests `depth` objects.
+    fn deep(name: &str, depth: usize) -> String {
+        let mut nested = "1".to_string();
+        for _ in 0..depth {
+            nested = format!("{{\"a\":{nested}}}");
+        }
+        format!(
+            r#"{{"apiVersion":"selenosis.io/v1","kind":"BrowserConfig","metadata":{{"name":"{name}","namespace":"ns","uid":"u-{name}","resourceVersion":"7","generation":3,"managedFields":[{{"fieldsV1":{nested}}}]}},"spec":{{"template":{{"affinity":{nested}}},"browsers":{{}}}}}}"#
+        )
+    }
+
+    #[test]
+    fn a_list_with_one_object_too_deep_to_decode_keeps_the_others() {
+        // The client alone cannot read such a list.
+        let list = format!(
+            r#"{{"apiVersion":"v1","kind":"List","metadata":{{"resourceVersion":"9"}},"items":[{},{}]}}"#,
+            deep("good", 3),
+            deep("bad", 200)
+        );
+        let plain = serde_json::from_str::<kube::core::ObjectList<DynamicObject>>(&list);
+        assert!(
+            plain.unwrap_err().to_string().contains("recursion limit"),
+            "the failure this module exists for"
+        );
+        let decoded: kube::core::ObjectList<Decoded<DynamicObject>> =
+            serde_json::from_str(&list).unwrap();
+        let [good, bad] = decoded.items.as_slice() else {
+            panic!("two items");
+        };
+        assert!(matches!(good, Decoded::Object(o) if o.metadata.name.as_deref() == Some("good")));
+        let Decoded::Undecodable(bad) = bad else {
+            panic!("bad is undecodable");
+        };
+        assert_eq!(bad.metadata.name.as_deref(), Some("bad"));
+        assert_eq!(bad.metadata.namespace.as_deref(), Some("ns"));
+        assert_eq!(bad.metadata.uid.as_deref(), Some("u-bad"));
+        assert_eq!(bad.metadata.generation, Some(3));
+        assert!(bad.error.contains("recursion limit"), "{}", bad.error);
+    }
+
+    #[test]
+    fn watch_events_of_undecodable_objects_decode_too() {
+        let line = format!(r#"{{"type":"MODIFIED","object":{}}}"#, deep("bad", 300));
+        let event: kube::core::WatchEvent<Decoded<DynamicObject>> =
+            serde_json::from_str(&line).unwrap();
+        assert!(matches!(
+            event,
+            kube::core::WatchEvent::Modified(Decoded::Undecodable(_))
+        ));
+    }
+
+    #[test]
+    fn undecodable_objects_are_reported_and_leave_the_cache() {
+        use watcher::Event;
+        let object = |name: &str| -> Decoded<DynamicObject> {
+            serde_json::from_value(
+                json!({"apiVersion": "v1", "kind": "X", "metadata": {"name": name}}),
+            )
+            .unwrap()
+        };
+        let bad = || -> Decoded<DynamicObject> { serde_json::from_str(&deep("bad", 200)).unwrap() };
+        let mut reported = Vec::new();
+        let mut report =
+            |u: &Undecodable| reported.push(u.metadata.name.clone().unwrap_or_default());
+        let name = |e: Option<Event<DynamicObject>>| match e {
+            Some(Event::Apply(k)) => format!("apply {}", k.metadata.name.unwrap_or_default()),
+            Some(Event::InitApply(k)) => format!("init {}", k.metadata.name.unwrap_or_default()),
+            Some(Event::Delete(k)) => format!("delete {}", k.metadata.name.unwrap_or_default()),
+            Some(Event::Init) => "Init".into(),
+            Some(Event::InitDone) => "InitDone".into(),
+            None => "skipped".into(),
+        };
+        let seen = [
+            name(split(Event::Init, &mut report)),
+            name(split(Event::InitApply(object("good")), &mut report)),
+            name(split(Event::InitApply(bad()), &mut report)),
+            name(split(Event::InitDone, &mut report)),
+            name(split(Event::Apply(bad()), &mut report)),
+            name(split(Event::Delete(bad()), &mut report)),
+        ];
+        assert_eq!(
+            seen,
+            [
+                "Init",
+                "init good",
+                "skipped",
+                "InitDone",
+                "delete bad",
+                "delete bad"
+            ]
+        );
+        assert_eq!(reported, ["bad", "bad"]);
+    }
+}
