@@ -224,6 +224,12 @@ pub struct RunArgs {
     #[arg(long, env = "LEADER_ELECTION_RETRY_PERIOD", default_value = "2s", value_parser = duration::parse)]
     pub leader_election_retry_period: Duration,
 
+    /// How long a probe of the API server (`GET /readyz`, every second) may wait for an answer; two
+    /// probes in a row without one mark the API server unreachable: waiting requests are
+    /// abandoned and watches start anew.
+    #[arg(long, env = "API_PROBE_TIMEOUT", default_value = "2s", value_parser = duration::parse)]
+    pub api_probe_timeout: Duration,
+
     /// On SIGTERM/SIGINT, in-flight reconciles get this long to finish before the operator stops anyway.
     #[arg(long, env = "SHUTDOWN_TIMEOUT", default_value = "25s", value_parser = duration::parse)]
     pub shutdown_timeout: Duration,
@@ -407,6 +413,7 @@ mod tests {
         assert_eq!(run.leader_election_renew_deadline, Duration::from_secs(10));
         assert_eq!(run.leader_election_retry_period, Duration::from_secs(2));
         assert_eq!(run.shutdown_timeout, Duration::from_secs(25));
+        assert_eq!(run.api_probe_timeout, Duration::from_secs(2));
         assert!(!run.enable_prepull);
         assert_eq!(run.prepull_images.images(), HelperImages::default());
     }

@@ -10,6 +10,7 @@ pub mod controller;
 pub mod duration;
 pub mod leader;
 pub mod lifecycle;
+pub mod link;
 pub mod logging;
 pub mod manifest;
 pub mod metrics;

@@ -20,9 +20,10 @@ use crate::cli::{ListenAddr, RunArgs};
 use crate::controller::config::Validation;
 use crate::controller::discovery::{self, DiscoveryError};
 use crate::controller::openapi::PodSchemas;
-use crate::controller::{self, Shared};
+use crate::controller::{self, Shared, SharedParts};
 use crate::leader::{Election, LeaderError, LostLease, Role};
 use crate::lifecycle::plan::Settings;
+use crate::link::Link;
 use crate::metrics::Metrics;
 use crate::permissions::{self, PermissionError};
 use crate::server::{self, Probes, ServeError};
@@ -131,16 +132,6 @@ async fn wait_for_signal() {
     let _ = tokio::signal::ctrl_c().await;
 }
 
-/// The operator's client for `config`, without kube's built-in retry of 429, 503 and 504
-/// answers: it retries one request up to 15 times with delays growing from 5 ms towards
-/// minutes, so a watch or a reconcile caught in it while the API server restarts would hold
-/// its worker long after the server is back. The operator retries on its own terms instead:
-/// a watch backoff of a few seconds and per-Browser requeues.
-pub fn client(mut config: kube::Config) -> Result<Client, kube::Error> {
-    config.default_retry = false;
-    Client::try_from(config)
-}
-
 impl RunError {
     /// Whether the error comes from a request that got no answer from the API server.
     fn is_transport(&self) -> bool {
@@ -169,11 +160,22 @@ impl RunError {
     }
 }
 
+/// Ends a spawned task when dropped: a helper task of one run ends with it, whatever path
+/// the run leaves by.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// Runs the operator with a client inferred like kube-rs does, until a signal stops it.
 pub async fn run(args: RunArgs) -> Result<(), RunError> {
     let config = kube::Config::infer().await.map_err(RunError::Config)?;
     let url = config.cluster_url.to_string();
-    let client = client(config).map_err(|source| RunError::Client {
+    let link = Link::new();
+    let client = link.client(config).map_err(|source| RunError::Client {
         url: url.clone(),
         source,
     })?;
@@ -181,6 +183,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     tokio::spawn(signals(stop_tx));
     run_with_client(
         client,
+        link,
         args,
         Arc::new(Metrics::new()),
         stop_future(&stop_rx),
@@ -218,6 +221,7 @@ async fn reconcile_until_stopped(
         events: config_events,
         prepull: args.enable_prepull.then(|| args.prepull_images.images()),
         policy: shared.settings.policy.clone(),
+        link: shared.link.clone(),
     };
     let validators = futures::future::join_all(
         scopes
@@ -264,6 +268,7 @@ async fn reconcile_until_stopped(
 /// released, then the endpoints stop.
 pub async fn run_with_client(
     client: Client,
+    link: Link,
     args: RunArgs,
     metrics: Arc<Metrics>,
     stop: impl std::future::Future<Output = ()> + Send + 'static,
@@ -277,6 +282,13 @@ pub async fn run_with_client(
     )
     .await?;
     info!(browser = %kinds.browser.api_version, browserconfig = %kinds.browserconfig.api_version, "resolved kinds");
+    // Discovery answered: from here on the link is watched.
+    let probe = tokio::spawn(link.clone().probe(
+        client.clone(),
+        args.api_probe_timeout,
+        metrics.clone(),
+    ));
+    let _probe = AbortOnDrop(probe);
     // Fail at start with every missing RBAC rule rather than later inside a watch or a write.
     let mut needed = permissions::required(&kinds, &args.namespaces);
     if args.enable_prepull {
@@ -301,15 +313,16 @@ pub async fn run_with_client(
             instance: Some(instance.clone()),
         },
     );
-    let shared = Shared::new(
-        client.clone(),
+    let shared = Shared::new(SharedParts {
+        client: client.clone(),
+        link,
         kinds,
-        Settings::from(&args),
-        args.max_workers,
-        metrics.clone(),
+        settings: Settings::from(&args),
+        max_workers: args.max_workers,
+        metrics: metrics.clone(),
         schemas,
         instance,
-    );
+    });
     let (role_tx, role) = watch::channel(match election {
         Some(_) => Role::Standby,
         None => Role::Leader,

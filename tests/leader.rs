@@ -19,6 +19,7 @@ use tower::ServiceExt;
 
 use browser_controller::api::crd::{self, Layout};
 use browser_controller::cli::Cli;
+use browser_controller::link::Link;
 use browser_controller::metrics::Metrics;
 use browser_controller::operator::{self, RunError};
 use support::apiserver::{ApiServer, Fault};
@@ -173,6 +174,7 @@ impl Replica {
         let (tx, rx) = oneshot::channel::<()>();
         let task = tokio::spawn(operator::run_with_client(
             client,
+            Link::new(),
             args,
             metrics.clone(),
             async move {

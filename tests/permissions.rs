@@ -182,9 +182,15 @@ async fn start_operator(client: kube::Client, flags: &[&str]) -> Result<(), Stri
         .unwrap()
         .run;
     let metrics = std::sync::Arc::new(browser_controller::metrics::Metrics::new());
-    browser_controller::operator::run_with_client(client, args, metrics, async {})
-        .await
-        .map_err(|e| e.to_string())
+    browser_controller::operator::run_with_client(
+        client,
+        browser_controller::link::Link::new(),
+        args,
+        metrics,
+        async {},
+    )
+    .await
+    .map_err(|e| e.to_string())
 }
 
 #[tokio::test]

@@ -148,7 +148,7 @@ where
     }
 }
 
-/// The operator's client configuration, as `operator::client` builds it.
+/// The operator's client configuration without kube's retry, as `Link::client` builds it.
 fn operator_config(config: &kube::Config) -> kube::Config {
     let mut config = config.clone();
     config.default_retry = false;

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use browser_controller::cli::Cli;
+use browser_controller::link::Link;
 use browser_controller::metrics::Metrics;
 use browser_controller::operator;
 use clap::Parser;
@@ -208,7 +209,7 @@ impl InProcess {
             let stop = async move {
                 let _ = stopped.await;
             };
-            operator::run_with_client(client, args, task_metrics, stop)
+            operator::run_with_client(client, Link::new(), args, task_metrics, stop)
                 .await
                 .map_err(BenchError::Operator)
         });

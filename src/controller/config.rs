@@ -43,6 +43,7 @@ use crate::config::{lookup, validate};
 use crate::lifecycle::desired;
 use crate::lifecycle::plan::PodCreation;
 use crate::lifecycle::rejection::{self, Remedy};
+use crate::link::Link;
 use crate::metrics::Metrics;
 use crate::pod::policy::Policy;
 use crate::pod::schema::PodSchema;
@@ -391,6 +392,8 @@ pub struct Validation {
     pub prepull: Option<HelperImages>,
     /// What the admin lets into pods: entries are rendered under it.
     pub policy: Policy,
+    /// The link to the API server, whose changes start the watches anew.
+    pub link: Link,
 }
 
 /// Runs the BrowserConfig validator of one scope until `shutdown` resolves.
@@ -408,6 +411,7 @@ pub async fn run_scope(
         events: recorder,
         prepull: prepull_images,
         policy,
+        link,
     } = validation;
     let api =
         scoped_api::<Decoded<DynamicObject>>(&client, namespace.as_deref(), &kinds.browserconfig);
@@ -426,6 +430,7 @@ pub async fn run_scope(
             api,
             watcher::Config::default().any_semantic(),
             health.clone(),
+            link.subscribe(),
         ),
         move |u: &Undecodable| {
             let _ = undecodable_tx.unbounded_send(u.clone());
@@ -444,7 +449,14 @@ pub async fn run_scope(
         }
     });
     let daemon_sets = prepull_images.map(|images| {
-        prepull::daemon_set_watch(&client, namespace.as_deref(), &metrics, images, sweep_tx)
+        prepull::daemon_set_watch(
+            &client,
+            namespace.as_deref(),
+            &metrics,
+            &link,
+            images,
+            sweep_tx,
+        )
     });
     // Held until the scope stops: the BrowserConfig gauges read this cache at scrape time.
     let _gauge_source = metrics.observe_configs(store.clone());

@@ -48,6 +48,7 @@ use crate::api::keys;
 use crate::api::kinds::Kinds;
 use crate::lifecycle::plan::Settings;
 use crate::lifecycle::rejection::{self, Write};
+use crate::link::Link;
 use crate::metrics::Metrics;
 use cached::{CachedBrowser, CachedPod};
 use decoded::{Decoded, FromIdentity, Undecodable};
@@ -124,6 +125,8 @@ pub struct Shared {
     pub schemas: Arc<PodSchemas>,
     events: EventSink,
     watches: Mutex<Vec<Arc<WatchHealth>>>,
+    /// The link to the API server: watches start anew at its changes, readiness follows it.
+    pub link: Link,
 }
 
 /// The longest wait before a failed reconcile is retried. Short enough that Browsers do not
@@ -133,17 +136,33 @@ const RETRY_MAX: Duration = Duration::from_secs(30);
 /// The wait before a write refused for a reason no rule knows is tried again.
 const REFUSAL_RETRY: Duration = Duration::from_secs(1);
 
+/// What [`Shared::new`] is made of.
+pub struct SharedParts {
+    pub client: Client,
+    pub link: Link,
+    pub kinds: Kinds,
+    pub settings: Settings,
+    /// `--max-workers`.
+    pub max_workers: u16,
+    pub metrics: Arc<Metrics>,
+    pub schemas: Arc<PodSchemas>,
+    /// The Events' reporting instance.
+    pub instance: String,
+}
+
 impl Shared {
     /// Creates the shared state and spawns the event publisher.
-    pub fn new(
-        client: Client,
-        kinds: Kinds,
-        settings: Settings,
-        max_workers: u16,
-        metrics: Arc<Metrics>,
-        schemas: Arc<PodSchemas>,
-        instance: String,
-    ) -> Arc<Self> {
+    pub fn new(parts: SharedParts) -> Arc<Self> {
+        let SharedParts {
+            client,
+            link,
+            kinds,
+            settings,
+            max_workers,
+            metrics,
+            schemas,
+            instance,
+        } = parts;
         let events = EventSink::start(client.clone(), instance, metrics.clone());
         Arc::new(Self {
             client,
@@ -155,13 +174,15 @@ impl Shared {
             schemas,
             events,
             watches: Mutex::new(Vec::new()),
+            link,
         })
     }
 
-    /// True when every watch of every scope has its list in the cache and is not failing.
+    /// True when the API server answers and every watch of every scope has its list in the
+    /// cache and is not failing.
     pub fn is_ready(&self) -> bool {
         let watches = self.watches.lock().unwrap_or_else(|e| e.into_inner());
-        !watches.is_empty() && watches.iter().all(|w| w.is_up())
+        self.link.is_reachable() && !watches.is_empty() && watches.iter().all(|w| w.is_up())
     }
 
     fn watch_health(&self, resource: &'static str) -> Arc<WatchHealth> {
@@ -281,6 +302,7 @@ pub async fn run_scope(
             scoped_api::<Decoded<CachedBrowser>>(client, ns, &kinds.browser),
             watch::list_in_pages(watcher::Config::default()),
             browsers_health.clone(),
+            shared.link.subscribe(),
         ),
         undecodable_browsers(shared.clone()),
     )
@@ -301,6 +323,7 @@ pub async fn run_scope(
         scoped_api::<CachedPod>(client, ns, &kinds.pod),
         watch::list_in_pages(watcher::Config::default().labels(&keys::managed_pods_selector())),
         pods_health.clone(),
+        shared.link.subscribe(),
     )
     .inspect(stages::observe_scheduling(
         pod_reader.clone(),
@@ -328,6 +351,7 @@ pub async fn run_scope(
             scoped_api::<Decoded<DynamicObject>>(client, ns, &kinds.browserconfig),
             watcher::Config::default().any_semantic(),
             configs_health.clone(),
+            shared.link.subscribe(),
         ),
         |_| {},
     )

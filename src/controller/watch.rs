@@ -1,6 +1,8 @@
 //! The watch stages every cache of the operator goes through: errors counted and logged, a
-//! watch that expired relisted at once, a short bounded backoff otherwise, and the health of
-//! each watch (first list done; failing now) for readiness, reconciles and metrics.
+//! watch that expired relisted at once, a short bounded backoff otherwise, a fresh start
+//! whenever the link to the API server is lost or regained (a partition leaves watches on
+//! dead connections), and the health of each watch (first list done; failing now) for
+//! readiness, reconciles and metrics.
 //!
 //! Errors never reach a kube-runtime `Controller`: its trigger backoff (up to 30 s) would
 //! pause every trigger stream of the controller — and with them the caches they fill — long
@@ -10,6 +12,8 @@ use std::future::ready;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use futures::future::Either;
+use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
 use kube::Resource;
 use kube::runtime::WatchStreamExt;
@@ -18,6 +22,7 @@ use kube::runtime::watcher::{self, ExponentialBackoff};
 use tokio::sync::watch;
 use tracing::{info, warn};
 
+use crate::link::LinkState;
 use crate::metrics::Metrics;
 
 /// First retry after a watch error, and the longest pause between retries before jitter
@@ -180,26 +185,77 @@ fn relist_expired_at_once<K>() -> impl FnMut(&Result<watcher::Event<K>, watcher:
 }
 
 /// A watcher with the operator's error handling and backoff; errors still flow downstream
-/// (the reflector ignores them) until [`triggers`] drops them. Call [`observe`] after the
-/// reflector, so that a list counts as done once it is in the cache.
+/// (the reflector ignores them) until [`triggers`] drops them. It starts anew, listing again,
+/// whenever `link` moves to a new epoch; a lost link counts as an error of the watch. Call
+/// [`observe`] after the reflector, so that a list counts as done once it is in the cache.
 pub fn watch<K>(
     api: kube::Api<K>,
     config: watcher::Config,
     health: Arc<WatchHealth>,
+    link: watch::Receiver<LinkState>,
 ) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send
 where
     K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
 {
-    let mut relist = relist_expired_at_once();
-    watcher::watcher(api, config)
-        .inspect(move |item| {
-            if let Err(error) = item {
-                health.observe_error(error);
+    let errors = health.clone();
+    let start = move || {
+        let mut relist = relist_expired_at_once();
+        let health = errors.clone();
+        watcher::watcher(api.clone(), config.clone())
+            .inspect(move |item| {
+                if let Err(error) = item {
+                    health.observe_error(error);
+                }
+            })
+            .filter(move |item| ready(relist(item)))
+            .boxed()
+            .backoff(backoff())
+            .boxed()
+    };
+    restarting(start, link, move |error| health.observe_error(error))
+}
+
+/// Why a watch started anew without an error of its own.
+#[derive(Debug, thiserror::Error)]
+#[error("the API server stopped answering; the watch starts anew")]
+struct LinkLost;
+
+/// The stream `start` makes, made anew at each epoch of `link`. A loss is also yielded (and
+/// given to `lost`) as an error, so that the watch counts as failing from that moment.
+fn restarting<T: Send + 'static>(
+    start: impl Fn() -> BoxStream<'static, Result<T, watcher::Error>> + Send + Sync + 'static,
+    mut link: watch::Receiver<LinkState>,
+    lost: impl Fn(&watcher::Error) + Send + Sync + 'static,
+) -> impl Stream<Item = Result<T, watcher::Error>> + Send {
+    link.mark_unchanged();
+    let state = (start(), link, true);
+    let (start, lost) = (Arc::new(start), Arc::new(lost));
+    futures::stream::unfold(state, move |(mut current, mut link, mut linked)| {
+        let (start, lost) = (start.clone(), lost.clone());
+        async move {
+            loop {
+                let next = tokio::select! {
+                    item = current.next() => Either::Left(item),
+                    changed = link.changed(), if linked => Either::Right(changed.is_ok()),
+                };
+                match next {
+                    Either::Left(item) => return item.map(|item| (item, (current, link, linked))),
+                    // The link's owner is gone: nothing restarts the watch any more.
+                    Either::Right(false) => linked = false,
+                    Either::Right(true) => {
+                        current = start();
+                        if !link.borrow_and_update().reachable {
+                            let error = watcher::Error::WatchFailed(kube::Error::Service(
+                                Box::new(LinkLost),
+                            ));
+                            lost(&error);
+                            return Some((Err(error), (current, link, linked)));
+                        }
+                    }
+                }
             }
-        })
-        .filter(move |item| ready(relist(item)))
-        .boxed()
-        .backoff(backoff())
+        }
+    })
 }
 
 /// Records list completions and recoveries of a watch, after its reflector; `listed` runs
@@ -280,6 +336,51 @@ mod tests {
         assert!(2 * BACKOFF_MAX < RETRY_BOUND);
         b.reset();
         assert!(b.next().unwrap() < 2 * BACKOFF_MIN);
+    }
+
+    #[tokio::test]
+    async fn a_watch_starts_anew_at_each_change_of_the_link_and_a_loss_counts_as_an_error() {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        let link = watch::Sender::new(LinkState {
+            reachable: true,
+            epoch: 0,
+        });
+        let starts = Arc::new(AtomicU32::new(0));
+        let errors = Arc::new(AtomicU32::new(0));
+        let start = {
+            let starts = starts.clone();
+            move || {
+                // Each start yields its number, then waits as a quiet watch does.
+                let n = starts.fetch_add(1, Ordering::SeqCst);
+                futures::stream::iter([Ok(n)])
+                    .chain(futures::stream::pending())
+                    .boxed()
+            }
+        };
+        let counted = errors.clone();
+        let mut stream = Box::pin(restarting(start, link.subscribe(), move |_| {
+            counted.fetch_add(1, Ordering::SeqCst);
+        }));
+        assert_eq!(stream.next().await.unwrap().unwrap(), 0);
+        link.send_replace(LinkState {
+            reachable: false,
+            epoch: 1,
+        });
+        let lost = stream.next().await.unwrap().unwrap_err();
+        assert!(lost.to_string().contains("stopped answering"), "{lost}");
+        assert_eq!(errors.load(Ordering::SeqCst), 1);
+        assert_eq!(stream.next().await.unwrap().unwrap(), 1, "started anew");
+        link.send_replace(LinkState {
+            reachable: true,
+            epoch: 2,
+        });
+        assert_eq!(stream.next().await.unwrap().unwrap(), 2, "started anew");
+        assert_eq!(
+            errors.load(Ordering::SeqCst),
+            1,
+            "a regained link is no error"
+        );
+        assert_eq!(starts.load(Ordering::SeqCst), 3);
     }
 
     fn expired() -> Result<watcher::Event<()>, watcher::Error> {

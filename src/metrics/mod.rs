@@ -109,6 +109,8 @@ pub struct Metrics {
     watch_restarts: Family<ResourceLabels, Counter>,
     watch_resync: Family<ResourceLabels, Histogram, fn() -> Histogram>,
     events_dropped: Family<EventTypeLabels, Counter>,
+    api_reachable: Gauge,
+    api_unreachable: Counter,
     caches: Arc<Caches>,
 }
 
@@ -198,6 +200,19 @@ impl Metrics {
             "Events not published because the publishing queue was full (Events go out at a bounded rate), by type",
             events_dropped.clone(),
         );
+        let api_reachable = Gauge::default();
+        api_reachable.set(1);
+        registry.register(
+            "api_reachable",
+            "1 while the API server answers the operator's probes, 0 while it does not",
+            api_reachable.clone(),
+        );
+        let api_unreachable = Counter::default();
+        registry.register(
+            "api_unreachable",
+            "Times the API server stopped answering the operator's probes",
+            api_unreachable.clone(),
+        );
         let caches = Arc::new(Caches::default());
         registry.register_collector(Box::new(CacheGauges(caches.clone())));
         Self {
@@ -215,6 +230,8 @@ impl Metrics {
             watch_restarts,
             watch_resync,
             events_dropped,
+            api_reachable,
+            api_unreachable,
             caches,
         }
     }
@@ -286,6 +303,14 @@ impl Metrics {
         self.watch_resync
             .get_or_create(&ResourceLabels { resource })
             .observe(down.as_secs_f64());
+    }
+
+    /// Records whether the API server answers the link's probes; a loss is counted.
+    pub fn api_reachable(&self, reachable: bool) {
+        self.api_reachable.set(i64::from(reachable));
+        if !reachable {
+            self.api_unreachable.inc();
+        }
     }
 
     /// Counts an Event dropped because the publishing queue was full.

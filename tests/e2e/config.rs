@@ -37,13 +37,12 @@ pub(crate) async fn config_rejected_by_the_pod_schema_fails_browsers_with_invali
 /// with it keeps it and hears nothing.
 pub(crate) async fn pod_fields_the_cluster_lacks_are_removed_with_a_warning(cx: Arc<Ctx>) {
     const FIELD: &str = "spec.initContainers[seleniferous].restartPolicy";
-    let info = cx.be.client.apiserver_version().await.expect("/version");
-    let minor: u32 = info
-        .minor
-        .trim_end_matches('+')
-        .parse()
-        .unwrap_or_else(|_| panic!("minor version {:?}", info.minor));
-    let lacks = info.major == "1" && minor < 28;
+    let minor = cx
+        .be
+        .minor()
+        .await
+        .unwrap_or_else(|| panic!("no minor version in /version of {}", cx.be.version));
+    let lacks = minor < 28;
     cx.start_operator(&[]);
     cx.create_config(
         "sidecar",

@@ -29,6 +29,7 @@ mod config;
 mod hostile;
 mod kubectl;
 mod lifecycle;
+mod partition;
 mod prepull;
 mod rbac;
 mod restarts;
@@ -91,6 +92,8 @@ impl Kind {
 /// One API server the scenarios share, and what the operator and kubectl need to reach it.
 struct Backend {
     kind: Kind,
+    /// The server's `gitVersion`, as `/version` reports it.
+    version: String,
     client: kube::Client,
     /// The admin's kubeconfig (kubectl).
     admin_kubeconfig: PathBuf,
@@ -107,6 +110,37 @@ struct Backend {
 impl Backend {
     fn simulated(&self) -> bool {
         self.kind != Kind::Cluster
+    }
+
+    /// How results name this backend: its kind, with the server version for real servers.
+    fn name(&self) -> String {
+        match self.kind {
+            Kind::Double => self.kind.name().to_string(),
+            _ => format!("{}-{}", self.kind.name(), self.version),
+        }
+    }
+
+    /// The server's minor version: `/version`'s `minor` (`"28+"` counts as 28), else read
+    /// from `gitVersion` (some builds leave `minor` empty).
+    async fn minor(&self) -> Option<u32> {
+        let info = self.client.apiserver_version().await.ok()?;
+        let digits = |text: &str| -> Option<u32> {
+            let text: String = text.chars().take_while(char::is_ascii_digit).collect();
+            text.parse().ok()
+        };
+        digits(&info.minor).or_else(|| {
+            let version = info.git_version.trim_start_matches('v');
+            digits(version.split('.').nth(1)?)
+        })
+    }
+
+    /// The `gitVersion` of the server `client` talks to.
+    async fn version_of(client: &kube::Client) -> String {
+        client
+            .apiserver_version()
+            .await
+            .map(|info| info.git_version)
+            .unwrap_or_else(|e| format!("unknown ({e})"))
     }
 
     /// The API of a cluster-scoped kind, or of a kind across all namespaces.
@@ -156,6 +190,7 @@ impl Backend {
             .unwrap();
         Self {
             kind: Kind::Double,
+            version: Self::version_of(&client).await,
             client,
             admin_kubeconfig: kubeconfig,
             operator_kubeconfig,
@@ -181,6 +216,7 @@ impl Backend {
             .map_err(|e| e.to_string())?;
         Ok(Self {
             kind: Kind::ControlPlane,
+            version: Self::version_of(&client).await,
             client,
             admin_kubeconfig: plane.admin_kubeconfig(),
             operator_kubeconfig,
@@ -200,6 +236,7 @@ impl Backend {
             .map_err(|e| e.to_string())?;
         Ok(Self {
             kind: Kind::Cluster,
+            version: Self::version_of(&client).await,
             client,
             admin_kubeconfig: kubeconfig.to_path_buf(),
             operator_kubeconfig: kubeconfig.to_path_buf(),
@@ -341,8 +378,8 @@ struct Ctx {
     operator: Mutex<Option<Child>>,
     log: PathBuf,
     /// Every Browser and pod a watch saw, in order, with its kind (items of a pod list
-    /// carry none).
-    seen: Arc<Mutex<Vec<(&'static str, Value)>>>,
+    /// carry none), when it saw it, and whether it saw it deleted.
+    seen: Arc<Mutex<Vec<Seen>>>,
     recorders: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -393,6 +430,7 @@ impl Ctx {
         let recorders = [
             ("Browser", browser_resource(scenario.layout)),
             ("Pod", pod_resource()),
+            ("Event", resource("events.k8s.io", "Event", "events")),
         ]
         .into_iter()
         .map(|(kind, ar)| {
@@ -426,6 +464,14 @@ impl Ctx {
 
     /// [`Ctx::start_operator`] with another kubeconfig (another identity).
     fn start_operator_with(&self, kubeconfig: &Path, flags: &[&str]) {
+        let child = self.spawn_operator(kubeconfig, &Process::default(), flags);
+        let previous = self.operator.lock().unwrap().replace(child);
+        assert!(previous.is_none(), "one operator per scenario at a time");
+    }
+
+    /// An operator process on this namespace, as `process` says, logging into the scenario's
+    /// log; the caller owns it.
+    fn spawn_operator(&self, kubeconfig: &Path, process: &Process, flags: &[&str]) -> Child {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -459,11 +505,14 @@ impl Ctx {
                 ),
             ]);
         }
-        let child = die_with_parent(&mut command)
+        if let Some(uid) = process.uid {
+            use std::os::unix::process::CommandExt;
+            command.uid(uid).gid(uid);
+        }
+        command.envs(process.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        die_with_parent(&mut command)
             .spawn()
-            .expect("operator starts");
-        let previous = self.operator.lock().unwrap().replace(child);
-        assert!(previous.is_none(), "one operator per scenario at a time");
+            .expect("operator starts")
     }
 
     /// SIGKILL: no shutdown, no cleanup, as when a node dies.
@@ -556,14 +605,51 @@ impl Ctx {
         .await
     }
 
-    /// Watch events of `kind` (`Browser`, `Pod`) named `name`, in order.
+    /// The Browser `name` as the recorded watch first showed it Running, and its pod as the
+    /// pod watch first showed it with an IP.
+    async fn seen_running_with_pod(&self, name: &str) -> (Value, Value) {
+        let browser = self.seen_running(name).await;
+        let pod = poll(WAIT, Duration::from_millis(20), || async {
+            self.seen("Pod", name)
+                .into_iter()
+                .find(|p| p["status"]["podIP"].is_string())
+                .ok_or_else(|| format!("the pod of {name} with an IP"))
+        })
+        .await;
+        (browser, pod)
+    }
+
+    /// Watch events of `kind` (`Browser`, `Pod`) named `name`, in order; deletions aside.
     fn seen(&self, kind: &str, name: &str) -> Vec<Value> {
+        self.history(kind, name)
+            .into_iter()
+            .filter(|s| !s.deleted)
+            .map(|s| s.object)
+            .collect()
+    }
+
+    /// When the Event watch first saw an Event with `reason` about the object `name`.
+    fn seen_event(&self, name: &str, reason: &str) -> Option<Instant> {
         self.seen
             .lock()
             .unwrap()
             .iter()
-            .filter(|(k, o)| *k == kind && o["metadata"]["name"] == name)
-            .map(|(_, o)| o.clone())
+            .find(|s| {
+                s.kind == "Event"
+                    && s.object["regarding"]["name"] == name
+                    && s.object["reason"] == reason
+            })
+            .map(|s| s.at)
+    }
+
+    /// Watch events of `kind` named `name`, in order, deletions included, with their times.
+    fn history(&self, kind: &str, name: &str) -> Vec<Seen> {
+        self.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|s| s.kind == kind && s.object["metadata"]["name"] == name)
+            .cloned()
             .collect()
     }
 
@@ -799,20 +885,41 @@ async fn poll<T, F: Future<Output = Result<T, String>>>(
     }
 }
 
-async fn record(
-    api: Api<DynamicObject>,
+/// How an operator process runs besides its flags.
+#[derive(Debug, Default)]
+struct Process {
+    /// Another user and group id (its packets can then be told apart).
+    uid: Option<u32>,
+    env: Vec<(String, String)>,
+}
+
+/// One watch event of the recorded history.
+#[derive(Clone, Debug)]
+struct Seen {
     kind: &'static str,
-    seen: Arc<Mutex<Vec<(&'static str, Value)>>>,
-) {
+    object: Value,
+    at: Instant,
+    deleted: bool,
+}
+
+async fn record(api: Api<DynamicObject>, kind: &'static str, seen: Arc<Mutex<Vec<Seen>>>) {
     // Resumes across API server restarts within seconds, as the operator's watches do.
     let mut stream = watcher(api, watcher::Config::default())
         .backoff(browser_controller::controller::watch::backoff())
         .boxed();
     while let Some(event) = stream.next().await {
-        if let Ok(watcher::Event::Apply(obj) | watcher::Event::InitApply(obj)) = event
-            && let Ok(v) = serde_json::to_value(&obj)
-        {
-            seen.lock().unwrap().push((kind, v));
+        let (obj, deleted) = match event {
+            Ok(watcher::Event::Apply(obj) | watcher::Event::InitApply(obj)) => (obj, false),
+            Ok(watcher::Event::Delete(obj)) => (obj, true),
+            _ => continue,
+        };
+        if let Ok(object) = serde_json::to_value(&obj) {
+            seen.lock().unwrap().push(Seen {
+                kind,
+                object,
+                at: Instant::now(),
+                deleted,
+            });
         }
     }
 }
@@ -942,6 +1049,18 @@ fn scenarios() -> Vec<Scenario> {
                 true
             )
         },
+        Scenario {
+            alone: true,
+            ..scenario!(partition::partition_of_the_operator_during_a_burst_one_pod_each_and_recovery_within_seconds,
+                true
+            )
+        },
+        Scenario {
+            alone: true,
+            ..scenario!(partition::partition_of_the_leader_the_standby_takes_over_and_the_old_leader_writes_no_more,
+                true
+            )
+        },
     ]
 }
 
@@ -1005,6 +1124,13 @@ async fn run_one(be: Arc<Backend>, scenario: &Scenario, index: usize) -> Result<
         }
         failed => failed,
     };
+    // Whether the operator was still there, for a failure's report.
+    let operator = match cx.operator.lock().unwrap().as_mut().map(Child::try_wait) {
+        None => "not running".to_string(),
+        Some(Ok(None)) => "running".to_string(),
+        Some(Ok(Some(status))) => format!("exited: {status}"),
+        Some(Err(e)) => format!("unknown: {e}"),
+    };
     cx.kill_operator();
     if be.kind == Kind::Cluster {
         // Only a real cluster has the controller that empties and removes namespaces.
@@ -1014,7 +1140,7 @@ async fn run_one(be: Arc<Backend>, scenario: &Scenario, index: usize) -> Result<
     }
     outcome.map_err(|e| {
         format!(
-            "{e}\n--- operator log (last 60 lines) ---\n{}\n{}",
+            "{e}\n--- operator ({operator}) log (last 60 lines) ---\n{}\n{}",
             tail(&cx.log, 60),
             be.logs()
         )
@@ -1047,6 +1173,7 @@ async fn run_backend(be: Backend, selected: &[&Scenario], complete: bool, tally:
         .filter(|&j: &usize| j > 0)
         .unwrap_or(4);
     let started = Instant::now();
+    let counted = (tally.passed, tally.failed.len(), tally.skipped);
     let (before, selected): (Vec<&Scenario>, Vec<&Scenario>) =
         selected.iter().copied().partition(|s| s.before_crds);
     let (alone, selected): (Vec<&Scenario>, Vec<&Scenario>) =
@@ -1054,7 +1181,7 @@ async fn run_backend(be: Backend, selected: &[&Scenario], complete: bool, tally:
     // An existing cluster got `crds/` when the backend started; nothing else is installed there.
     let mut crds_installed = be.kind == Kind::Cluster;
     for (i, s) in before.iter().enumerate() {
-        let label = format!("{}/{}", be.kind.name(), s.name);
+        let label = format!("{}/{}", be.name(), s.name);
         if s.simulated && !be.simulated() {
             println!("test {label} ... skipped (needs the kubelet simulator)");
             tally.skipped += 1;
@@ -1074,14 +1201,14 @@ async fn run_backend(be: Backend, selected: &[&Scenario], complete: bool, tally:
         }
     }
     if !crds_installed && let Err(e) = install_crds(&be.client).await {
-        println!("{}: cannot install crds/: {e}", be.kind.name());
-        tally.failed.push(format!("{}: crds", be.kind.name()));
+        println!("{}: cannot install crds/: {e}", be.name());
+        tally.failed.push(format!("{}: crds", be.name()));
         return;
     }
     let runs = selected.iter().enumerate().map(|(i, s)| {
         let be = be.clone();
         async move {
-            let label = format!("{}/{}", be.kind.name(), s.name);
+            let label = format!("{}/{}", be.name(), s.name);
             if s.simulated && !be.simulated() {
                 println!("test {label} ... skipped (needs the kubelet simulator)");
                 return (label, None);
@@ -1108,7 +1235,7 @@ async fn run_backend(be: Backend, selected: &[&Scenario], complete: bool, tally:
         }
     }
     for (i, s) in alone.iter().enumerate() {
-        let label = format!("{}/{}", be.kind.name(), s.name);
+        let label = format!("{}/{}", be.name(), s.name);
         if s.simulated && !be.simulated() {
             println!("test {label} ... skipped (needs the kubelet simulator)");
             tally.skipped += 1;
@@ -1127,16 +1254,19 @@ async fn run_backend(be: Backend, selected: &[&Scenario], complete: bool, tally:
         }
     }
     println!(
-        "{}: {} scenarios in {:.1}s",
-        be.kind.name(),
+        "{}: {} scenarios in {:.1}s: {} passed, {} failed, {} skipped",
+        be.name(),
         selected.len() + alone.len(),
-        started.elapsed().as_secs_f64()
+        started.elapsed().as_secs_f64(),
+        tally.passed - counted.0,
+        tally.failed.len() - counted.1,
+        tally.skipped - counted.2,
     );
     // Only the whole suite uses every permission.
     if let (true, Some((server, _))) = (complete, &be.double) {
         let label = format!(
             "{}/the_cluster_role_grants_only_what_the_operator_used",
-            be.kind.name()
+            be.name()
         );
         match rbac::the_cluster_role_grants_only_what_the_operator_used(server, &operator_user()) {
             Ok(()) => {
@@ -1196,15 +1326,23 @@ fn main() -> ExitCode {
             }
             return;
         }
-        match Assets::from_env() {
-            Ok(None) => println!("real control plane: skipped (KUBEBUILDER_ASSETS not set)"),
-            Ok(Some(assets)) => match Backend::control_plane(&assets).await {
-                Ok(be) => run_backend(be, &selected, complete, &mut tally).await,
-                Err(e) => {
-                    println!("control-plane: cannot start: {e}");
-                    tally.failed.push("control-plane".into());
+        match Assets::all_from_env() {
+            Ok(sets) if sets.is_empty() => {
+                println!("real control plane: skipped (KUBEBUILDER_ASSETS not set)")
+            }
+            Ok(sets) => {
+                // One control plane after the other: each server version gets the suite.
+                for assets in sets {
+                    match Backend::control_plane(&assets).await {
+                        Ok(be) => run_backend(be, &selected, complete, &mut tally).await,
+                        Err(e) => {
+                            let name = format!("control-plane {}", assets.dir.display());
+                            println!("{name}: cannot start: {e}");
+                            tally.failed.push(name);
+                        }
+                    }
                 }
-            },
+            }
             Err(e) => {
                 println!("control-plane: {e}");
                 tally.failed.push("control-plane".into());

@@ -110,8 +110,8 @@ pub(crate) async fn namespace_scoped_with_only_the_namespaced_rbac(cx: Arc<Ctx>)
         },
     );
     cx.create_browser("s1", json!({})).await;
-    let snap = cx.until_running("s1").await;
-    assert!(snap.browser("s1").unwrap()["status"]["podIP"].is_string());
+    let running = cx.seen_running("s1").await;
+    assert!(running["status"]["podIP"].is_string());
     let failure = cx.failure_of("s1").await;
     assert_eq!(failure["reason"], "ContainerTerminated", "{failure}");
     cx.until_gone("s1").await;

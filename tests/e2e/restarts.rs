@@ -22,15 +22,15 @@ pub(crate) async fn operator_sigkilled_mid_lifecycle_and_restarted(cx: Arc<Ctx>)
         Script::ExitAfterRunning {
             container: "browser".into(),
             exit_code: 0,
-            after: Duration::from_secs(4),
+            // Long enough for the operator to be killed first, however busy the machine.
+            after: Duration::from_secs(8),
         },
     );
     cx.create_browser("ends", json!({})).await;
     cx.create_browser("deleted", json!({})).await;
-    cx.until("both Running", |s| {
-        s.running("ends") && s.running("deleted")
-    })
-    .await;
+    for name in ["ends", "deleted"] {
+        cx.seen_running(name).await;
+    }
     cx.kill_operator();
     cx.delete_browser("deleted").await;
     cx.create_browser("late", json!({})).await;

@@ -66,11 +66,29 @@ fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ControlPlaneErr
 /// The binaries of a control plane.
 #[derive(Clone, Debug)]
 pub struct Assets {
+    /// The folder they were found in.
+    pub dir: PathBuf,
     pub kube_apiserver: PathBuf,
     pub etcd: PathBuf,
 }
 
+/// Further asset folders for the end-to-end suite, `:`-separated like `PATH`: each gets a
+/// control plane and the whole suite, after `KUBEBUILDER_ASSETS`'s.
+pub const MORE_ASSETS: &str = "E2E_MORE_ASSETS";
+
 impl Assets {
+    /// Every set of assets the environment names: `KUBEBUILDER_ASSETS`, then each folder of
+    /// [`MORE_ASSETS`]. An error names a folder that lacks a binary.
+    pub fn all_from_env() -> Result<Vec<Self>, ControlPlaneError> {
+        let mut all: Vec<Self> = Self::from_env()?.into_iter().collect();
+        if let Some(more) = std::env::var_os(MORE_ASSETS) {
+            for dir in std::env::split_paths(&more).filter(|d| !d.as_os_str().is_empty()) {
+                all.push(Self::find(&dir)?);
+            }
+        }
+        Ok(all)
+    }
+
     /// `None` when `KUBEBUILDER_ASSETS` is not set; an error when it is set but incomplete.
     pub fn from_env() -> Result<Option<Self>, ControlPlaneError> {
         match std::env::var_os("KUBEBUILDER_ASSETS") {
@@ -90,6 +108,7 @@ impl Assets {
             .or_else(|| on_path("etcd"))
             .ok_or(ControlPlaneError::Missing("etcd", shown, " nor on PATH"))?;
         Ok(Self {
+            dir: dir.to_path_buf(),
             kube_apiserver,
             etcd,
         })
@@ -121,13 +140,18 @@ pub struct ControlPlane {
     dir: TempDir,
 }
 
-/// Audit policy: pod writes, metadata only.
+/// Audit policy: writes of pods, Browsers (both layouts, status included) and Leases,
+/// metadata only.
 const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived, ResponseStarted]
 rules:
 - level: Metadata
-  resources: [{group: \"\", resources: [pods]}]
+  resources:
+  - {group: \"\", resources: [pods]}
+  - {group: selenosis.io, resources: [browsers, browsers/status]}
+  - {group: browser.selenosis.io, resources: [browsers, browsers/status]}
+  - {group: coordination.k8s.io, resources: [leases]}
   verbs: [create, patch, update, delete]
 - level: None
 ";
@@ -403,6 +427,28 @@ impl ControlPlane {
             }
         }
         creates
+    }
+
+    /// The writes `user` made through impersonation, as the audit log recorded them: when the
+    /// API server received each (RFC 3339, in order), its verb and resource. Empty without
+    /// [`Options::audit`].
+    pub fn writes_as(&self, user: &str) -> Vec<(String, String, String)> {
+        let text = std::fs::read_to_string(self.audit_log()).unwrap_or_default();
+        let mut writes: Vec<(String, String, String)> = text
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|event| event["impersonatedUser"]["username"] == user)
+            .map(|event| {
+                let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+                (
+                    text(&event["requestReceivedTimestamp"]),
+                    text(&event["verb"]),
+                    text(&event["objectRef"]["resource"]),
+                )
+            })
+            .collect();
+        writes.sort();
+        writes
     }
 
     async fn wait(

@@ -18,6 +18,7 @@ use tokio::task::JoinHandle;
 
 use browser_controller::api::crd::{self, Layout};
 use browser_controller::cli::Cli;
+use browser_controller::link::Link;
 use browser_controller::metrics::Metrics;
 use browser_controller::operator;
 
@@ -207,7 +208,7 @@ impl Env {
             let stop = async move {
                 let _ = rx.await;
             };
-            operator::run_with_client(client, args, metrics, stop)
+            operator::run_with_client(client, Link::new(), args, metrics, stop)
                 .await
                 .expect("operator runs");
         }));

@@ -11,4 +11,5 @@ pub mod env;
 pub mod host;
 pub mod kinds;
 pub mod kubelet;
+pub mod partition;
 pub mod upstream;

@@ -22,6 +22,7 @@ use super::scope::scoped_api;
 use super::watch::{self, WatchHealth};
 use crate::api::{keys, kinds};
 use crate::config::report;
+use crate::link::Link;
 use crate::metrics::Metrics;
 use crate::prepull::render::HelperImages;
 use crate::prepull::{progress, render as prepull_render};
@@ -109,6 +110,7 @@ pub(super) fn daemon_set_watch(
     client: &Client,
     namespace: Option<&str>,
     metrics: &Arc<Metrics>,
+    link: &Link,
     images: HelperImages,
     sweep: futures::channel::mpsc::UnboundedSender<()>,
 ) -> (
@@ -125,7 +127,7 @@ pub(super) fn daemon_set_watch(
     let config = watcher::Config::default()
         .labels(&keys::prepull_selector())
         .any_semantic();
-    let stream = watch::watch(api, config, health.clone())
+    let stream = watch::watch(api, config, health.clone(), link.subscribe())
         .modify(|ds| ds.managed_fields_mut().clear())
         .reflect(writer)
         .inspect(watch::observe(health.clone(), move || {

@@ -429,13 +429,23 @@ impl ServeHandle {
         path: &Path,
         impersonate: Option<&str>,
     ) -> std::io::Result<()> {
+        self.write_kubeconfig_via(path, &self.url(), impersonate)
+    }
+
+    /// Like [`ServeHandle::write_kubeconfig_as`], reaching this server through `server` (a
+    /// proxy in front of it).
+    pub fn write_kubeconfig_via(
+        &self,
+        path: &Path,
+        server: &str,
+        impersonate: Option<&str>,
+    ) -> std::io::Result<()> {
         let user = match impersonate {
             Some(name) => format!("\n    as: \"{name}\""),
             None => " {}".to_string(),
         };
         let config = format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: double\n  cluster:\n    server: {}\ncontexts:\n- name: double\n  context:\n    cluster: double\n    user: double\n    namespace: default\ncurrent-context: double\nusers:\n- name: double\n  user:{user}\n",
-            self.url()
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: double\n  cluster:\n    server: {server}\ncontexts:\n- name: double\n  context:\n    cluster: double\n    user: double\n    namespace: default\ncurrent-context: double\nusers:\n- name: double\n  user:{user}\n"
         );
         std::fs::write(path, config)
     }
