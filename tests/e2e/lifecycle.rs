@@ -10,9 +10,9 @@ use serde_json::{Value, json};
 
 use browser_controller::api::keys;
 
-use crate::Ctx;
 use crate::support::kinds::pod_resource;
 use crate::support::kubelet::{Deletion, Script};
+use crate::{Ctx, poll};
 
 fn is_failed_with(status: &Value, reason: &str) -> bool {
     status["phase"] == "Failed" && status["reason"] == reason
@@ -30,9 +30,8 @@ pub(crate) async fn normal_session_pending_then_running_with_ip_then_cleaned_up(
         },
     );
     cx.create_browser("s1", json!({})).await;
-    let snap = cx.until_running("s1").await;
-    let browser = snap.browser("s1").unwrap();
-    let pod = snap.pod("s1").expect("pod exists while Running");
+    // Running lasts 1.5 s: read from the recorded history, not caught by polling.
+    let (browser, pod) = cx.seen_running_with_pod("s1").await;
     assert_eq!(browser["status"]["podIP"], pod["status"]["podIP"]);
     let finalizers = browser["metadata"]["finalizers"].as_array().unwrap();
     assert!(finalizers.contains(&json!(keys::FINALIZER)));
@@ -354,7 +353,33 @@ pub(crate) async fn two_hundred_browsers_at_once_all_run_then_all_clean_up(cx: A
         .buffer_unordered(50)
         .collect::<Vec<()>>()
         .await;
+    // A Browser created right after the burst: its first Event is not starved by the
+    // burst's backlog of some 400.
+    cx.create_browser("next", json!({})).await;
     let (limit, every) = (Duration::from_secs(180), Duration::from_millis(500));
+    let pod_seen = poll(limit, Duration::from_millis(20), || async {
+        cx.history("Pod", "next")
+            .first()
+            .map(|s| s.at)
+            .ok_or_else(|| "the pod of next".to_string())
+    })
+    .await;
+    let event_seen = poll(limit, Duration::from_millis(20), || async {
+        cx.seen_event("next", "PodCreated")
+            .ok_or_else(|| "the PodCreated Event of next".to_string())
+    })
+    .await;
+    let after = event_seen.saturating_duration_since(pod_seen);
+    println!(
+        "    after a burst of 200: PodCreated of the next Browser {:.2}s after its pod",
+        after.as_secs_f64()
+    );
+    assert!(
+        after <= Duration::from_secs(2),
+        "the next Browser's PodCreated came {after:?} after its pod"
+    );
+    cx.delete_browser("next").await;
+    cx.until_gone("next").await;
     let snap = cx
         .until_within(limit, every, "200 Running", |s| {
             s.browsers

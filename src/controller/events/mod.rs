@@ -1,8 +1,11 @@
 //! Events on Browsers, published off the reconcile path and after it: a burst of sessions
-//! must not spend the API server on Events while their pods and statuses wait. An Event waits
-//! while reconciles are at work (for a while), goes out at a bounded rate, and is dropped and
-//! counted when it no longer fits the queue or has grown stale waiting. Events on
-//! BrowserConfigs are rare and go out inline ([`ConfigEvents`]).
+//! must not spend the API server on Events while their pods and statuses wait. Events go out
+//! at a bounded rate in the order of [`queue`] (warnings and the first Event of a Browser
+//! first, newest first; the rest wait a while for the reconciles to pause), and are dropped
+//! and counted when they no longer fit or have grown stale waiting. Events on BrowserConfigs
+//! are rare and go out inline ([`ConfigEvents`]).
+
+mod queue;
 
 use std::time::Duration;
 
@@ -11,6 +14,7 @@ use kube::api::DynamicObject;
 use kube::core::ApiResource;
 use kube::runtime::events::{EventType, Recorder, Reporter};
 use kube::{Client, Resource};
+use queue::{Next, Queue};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::debug;
@@ -23,19 +27,15 @@ use crate::config::report;
 use crate::lifecycle::plan::Event;
 use crate::metrics::Metrics;
 
-/// Events queued for publishing at most; more are dropped.
-const QUEUE: usize = 1024;
+/// Events handed over but not yet queued, at most; more are dropped.
+const HANDOVER: usize = queue::CAPACITY;
 /// Events published per second at most, after a burst of [`BURST`].
 const RATE: f64 = 10.0;
 const BURST: f64 = 20.0;
-/// How long an Event waits for the reconciles to pause before it goes out anyway.
-const HOLD: Duration = Duration::from_secs(2);
-/// How often a held Event looks whether the reconciles paused.
+/// How often held Events look whether the reconciles paused.
 const HOLD_CHECK: Duration = Duration::from_millis(20);
-/// An Event still waiting after this long is dropped: it would tell of a moment long past.
-const STALE: Duration = Duration::from_secs(30);
 
-type Queued = (Event, ObjectReference, Instant);
+type Queued = (Event, ObjectReference);
 
 /// Where reconciles hand their Events.
 pub struct EventSink {
@@ -46,7 +46,7 @@ pub struct EventSink {
 impl EventSink {
     /// Spawns the publisher.
     pub fn start(client: Client, instance: String, metrics: Arc<Metrics>) -> Self {
-        let (tx, rx) = mpsc::channel(QUEUE);
+        let (tx, rx) = mpsc::channel(HANDOVER);
         let recorder = Recorder::new(
             client,
             Reporter {
@@ -61,11 +61,7 @@ impl EventSink {
     /// Queues `event` about `reference`; never waits.
     pub fn publish(&self, event: Event, reference: ObjectReference) {
         let warning = event.warning;
-        if self
-            .tx
-            .try_send((event, reference, Instant::now()))
-            .is_err()
-        {
+        if self.tx.try_send((event, reference)).is_err() {
             self.metrics.event_dropped(warning);
             debug!("event queue full; event dropped");
         }
@@ -100,59 +96,51 @@ impl Bucket {
     }
 }
 
-/// What the publisher does next with the Event at the head of its queue.
-#[derive(Debug, PartialEq)]
-enum Turn {
-    /// Reconciles are at work: look again in a moment.
-    Hold,
-    /// The rate is used up for now.
-    Wait(Duration),
-    /// Too old to tell anyone anything.
-    Drop,
-    Publish,
-}
-
-/// The turn of an Event queued `age` ago, while reconciles are (or are not) at work.
-fn turn(age: Duration, reconciling: bool, bucket: &mut Bucket, now: Instant) -> Turn {
-    if age > STALE {
-        return Turn::Drop;
-    }
-    if reconciling && age < HOLD {
-        return Turn::Hold;
-    }
-    match bucket.take(now) {
-        None => Turn::Publish,
-        Some(wait) => Turn::Wait(wait),
-    }
-}
-
 async fn publish(recorder: Recorder, mut rx: mpsc::Receiver<Queued>, metrics: Arc<Metrics>) {
     let mut bucket = Bucket::new(Instant::now());
-    while let Some((event, reference, queued)) = rx.recv().await {
-        loop {
-            match turn(
-                queued.elapsed(),
-                metrics.reconciling(),
-                &mut bucket,
-                Instant::now(),
-            ) {
-                Turn::Hold => tokio::time::sleep(HOLD_CHECK).await,
-                Turn::Wait(wait) => tokio::time::sleep(wait).await,
-                Turn::Drop => {
-                    metrics.event_dropped(event.warning);
-                    break;
-                }
-                Turn::Publish => {
-                    metrics.write("create", "events");
-                    if let Err(e) = recorder
-                        .publish(&to_runtime_event(&event), &reference)
-                        .await
-                    {
-                        debug!(error = %e, reason = %event.reason, "publishing event failed");
-                    }
-                    break;
+    let mut waiting: Queue<Queued> = Queue::default();
+    let take_in = |waiting: &mut Queue<Queued>, queued: Queued| {
+        let (object, warning) = (queued.1.uid.clone().unwrap_or_default(), queued.0.warning);
+        if let Some((event, _)) = waiting.push(&object, warning, queued, Instant::now()) {
+            metrics.event_dropped(event.warning);
+        }
+    };
+    loop {
+        while let Ok(queued) = rx.try_recv() {
+            take_in(&mut waiting, queued);
+        }
+        let now = Instant::now();
+        for (event, _) in waiting.expire(now) {
+            metrics.event_dropped(event.warning);
+        }
+        // Wait for something to do, taking in what is handed over meanwhile.
+        let pause = match waiting.next(metrics.reconciling(), now) {
+            Next::Idle => None,
+            Next::Hold => Some(HOLD_CHECK),
+            Next::Ready => bucket.take(now),
+        };
+        if pause.is_none() && !waiting.is_empty() {
+            if let Some((event, reference)) = waiting.take() {
+                metrics.write("create", "events");
+                if let Err(e) = recorder
+                    .publish(&to_runtime_event(&event), &reference)
+                    .await
+                {
+                    debug!(error = %e, reason = %event.reason, "publishing event failed");
                 }
             }
+            continue;
+        }
+        let arrived = match pause {
+            None => rx.recv().await,
+            Some(pause) => tokio::select! {
+                queued = rx.recv() => queued,
+                () = tokio::time::sleep(pause) => continue,
+            },
+        };
+        match arrived {
+            Some(queued) => take_in(&mut waiting, queued),
+            None => return,
         }
     }
 }
@@ -252,27 +240,6 @@ mod tests {
         let note = runtime.note.unwrap();
         assert!(note.len() <= 1024);
         assert!(note.chars().all(|c| c == 'é'));
-    }
-
-    #[test]
-    fn events_wait_for_the_reconciles_a_while_and_go_stale_after_longer() {
-        let now = Instant::now();
-        let mut bucket = Bucket::new(now);
-        let second = Duration::from_secs(1);
-        assert_eq!(turn(second, true, &mut bucket, now), Turn::Hold);
-        assert_eq!(turn(second, false, &mut bucket, now), Turn::Publish);
-        // Held long enough: out it goes, reconciles or not.
-        assert_eq!(turn(HOLD, true, &mut bucket, now), Turn::Publish);
-        assert_eq!(turn(STALE + second, false, &mut bucket, now), Turn::Drop);
-        // A dropped Event takes no share of the rate.
-        let spent = (0..100)
-            .take_while(|_| turn(second, false, &mut bucket, now) == Turn::Publish)
-            .count();
-        assert_eq!(spent, BURST as usize - 2);
-        assert!(matches!(
-            turn(second, false, &mut bucket, now),
-            Turn::Wait(_)
-        ));
     }
 
     #[test]
