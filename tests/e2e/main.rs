@@ -29,6 +29,7 @@ mod config;
 mod hostile;
 mod kubectl;
 mod lifecycle;
+mod node;
 mod partition;
 mod prepull;
 mod rbac;
@@ -56,8 +57,10 @@ use browser_controller::api::keys;
 use support::apiserver::{ApiServer, Fault, ServeHandle};
 use support::controlplane::{self, Assets, ControlPlane};
 use support::host::{self, TempDir, die_with_parent, kill, tail};
+use support::images;
 use support::kinds::{browser_resource, config_resource, pod_resource};
 use support::kubelet::{Kubelet, KubeletConfig, KubeletHandle, Script};
+use support::node::{self as real_node, Node, NodeAssets};
 
 const BIN: &str = env!("CARGO_BIN_EXE_browser-controller");
 /// Longest wait for one condition.
@@ -76,6 +79,8 @@ fn repo(path: &str) -> PathBuf {
 enum Kind {
     Double,
     ControlPlane,
+    /// A control plane with a real node (kubelet, containerd) instead of the simulator.
+    Node,
     Cluster,
 }
 
@@ -84,6 +89,7 @@ impl Kind {
         match self {
             Kind::Double => "double",
             Kind::ControlPlane => "control-plane",
+            Kind::Node => "node",
             Kind::Cluster => "cluster",
         }
     }
@@ -104,12 +110,14 @@ struct Backend {
     dir: TempDir,
     double: Option<(ApiServer, ServeHandle)>,
     plane: Option<ControlPlane>,
+    node: Option<Node>,
     image: String,
 }
 
 impl Backend {
+    /// Pods are run by the kubelet simulator (scripted pod states).
     fn simulated(&self) -> bool {
-        self.kind != Kind::Cluster
+        matches!(self.kind, Kind::Double | Kind::ControlPlane)
     }
 
     /// How results name this backend: its kind, with the server version for real servers.
@@ -197,8 +205,24 @@ impl Backend {
             dir,
             double: Some((server, served)),
             plane: None,
+            node: None,
             image: "selenium/standalone-chrome:139.0".to_string(),
         }
+    }
+
+    /// A control plane from `assets` with a real node from `node` running the pods.
+    async fn node(assets: &Assets, node: &NodeAssets) -> Result<Self, String> {
+        let images = images::build(&images::cache_dir()).map_err(|e| e.to_string())?;
+        let mut be = Self::control_plane(assets).await?;
+        let plane = be.plane.as_ref().ok_or("no control plane")?;
+        be.node = Some(
+            Node::start(node, plane, &images)
+                .await
+                .map_err(|e| e.to_string())?,
+        );
+        be.kind = Kind::Node;
+        be.image = images::BUSYBOX.to_string();
+        Ok(be)
     }
 
     async fn control_plane(assets: &Assets) -> Result<Self, String> {
@@ -223,6 +247,7 @@ impl Backend {
             dir,
             double: None,
             plane: Some(plane),
+            node: None,
             image: "selenium/standalone-chrome:139.0".to_string(),
         })
     }
@@ -243,6 +268,7 @@ impl Backend {
             dir: TempDir::new("e2e-cluster"),
             double: None,
             plane: None,
+            node: None,
             image: std::env::var("E2E_IMAGE").unwrap_or_else(|_| DEFAULT_CLUSTER_IMAGE.into()),
         })
     }
@@ -300,10 +326,16 @@ impl Backend {
 
     /// What to print when a scenario failed.
     fn logs(&self) -> String {
-        self.plane.as_ref().map(|p| p.logs(60)).unwrap_or_default()
+        let plane = self.plane.as_ref().map(|p| p.logs(60)).unwrap_or_default();
+        let node = self.node.as_ref().map(|n| n.logs(30)).unwrap_or_default();
+        format!("{plane}\n{node}")
     }
 
-    fn stop(self) {
+    async fn stop(self) {
+        // The node's pods go while the API server still answers.
+        if let Some(node) = self.node {
+            node.stop().await;
+        }
         if let Some(plane) = self.plane {
             plane.stop();
         }
@@ -958,6 +990,8 @@ struct Scenario {
     before_crds: bool,
     /// Runs alone, after the others: it takes the API server away.
     alone: bool,
+    /// Needs a real node: runs there only, and only such scenarios run there.
+    node: bool,
     run: Run,
 }
 
@@ -973,6 +1007,7 @@ macro_rules! scenario {
             layout: $layout,
             before_crds: false,
             alone: false,
+            node: false,
             run: |cx| Box::pin($m::$f(cx)),
         }
     };
@@ -1060,6 +1095,30 @@ fn scenarios() -> Vec<Scenario> {
             ..scenario!(partition::partition_of_the_leader_the_standby_takes_over_and_the_old_leader_writes_no_more,
                 true
             )
+        },
+        Scenario {
+            node: true,
+            ..scenario!(node::a_real_browser_session_through_the_pod_ip, false)
+        },
+        Scenario {
+            node: true,
+            ..scenario!(node::a_browser_container_over_its_memory_limit_is_oomkilled, false)
+        },
+        Scenario {
+            node: true,
+            ..scenario!(node::a_missing_image_fails_the_browser_with_the_pull_error, false)
+        },
+        Scenario {
+            node: true,
+            ..scenario!(node::the_sidecar_exit_ends_the_session, false)
+        },
+        Scenario {
+            node: true,
+            ..scenario!(node::a_deleted_browser_waits_for_its_pod_to_stop_gracefully, false)
+        },
+        Scenario {
+            node: true,
+            ..scenario!(node::prepull_daemon_set_pulls_onto_the_real_node, false)
         },
     ]
 }
@@ -1174,8 +1233,13 @@ async fn run_backend(be: Backend, selected: &[&Scenario], complete: bool, tally:
         .unwrap_or(4);
     let started = Instant::now();
     let counted = (tally.passed, tally.failed.len(), tally.skipped);
-    let (before, selected): (Vec<&Scenario>, Vec<&Scenario>) =
-        selected.iter().copied().partition(|s| s.before_crds);
+    // A real node runs its own scenarios, and only those.
+    let on_node = be.kind == Kind::Node;
+    let (before, selected): (Vec<&Scenario>, Vec<&Scenario>) = selected
+        .iter()
+        .copied()
+        .filter(|s| s.node == on_node)
+        .partition(|s| s.before_crds);
     let (alone, selected): (Vec<&Scenario>, Vec<&Scenario>) =
         selected.into_iter().partition(|s| s.alone);
     // An existing cluster got `crds/` when the backend started; nothing else is installed there.
@@ -1256,7 +1320,7 @@ async fn run_backend(be: Backend, selected: &[&Scenario], complete: bool, tally:
     println!(
         "{}: {} scenarios in {:.1}s: {} passed, {} failed, {} skipped",
         be.name(),
-        selected.len() + alone.len(),
+        before.len() + selected.len() + alone.len(),
         started.elapsed().as_secs_f64(),
         tally.passed - counted.0,
         tally.failed.len() - counted.1,
@@ -1280,7 +1344,7 @@ async fn run_backend(be: Backend, selected: &[&Scenario], complete: bool, tally:
         }
     }
     match Arc::try_unwrap(be) {
-        Ok(be) => be.stop(),
+        Ok(be) => be.stop().await,
         Err(_) => println!("warning: backend still shared at teardown"),
     }
 }
@@ -1314,7 +1378,11 @@ fn main() -> ExitCode {
         if selected.is_empty() {
             return;
         }
-        run_backend(Backend::double().await, &selected, complete, &mut tally).await;
+        // Backends without a real node run only if some selected scenario needs no node.
+        let elsewhere = selected.iter().any(|s| !s.node);
+        if elsewhere {
+            run_backend(Backend::double().await, &selected, complete, &mut tally).await;
+        }
         if let Some(kubeconfig) = std::env::var_os("E2E_KUBECONFIG").filter(|k| !k.is_empty()) {
             println!("real control plane: skipped (E2E_KUBECONFIG set: existing cluster)");
             match Backend::cluster(Path::new(&kubeconfig)).await {
@@ -1327,6 +1395,7 @@ fn main() -> ExitCode {
             return;
         }
         match Assets::all_from_env() {
+            _ if !elsewhere => {}
             Ok(sets) if sets.is_empty() => {
                 println!("real control plane: skipped (KUBEBUILDER_ASSETS not set)")
             }
@@ -1347,6 +1416,36 @@ fn main() -> ExitCode {
                 println!("control-plane: {e}");
                 tally.failed.push("control-plane".into());
             }
+        }
+        if !selected.iter().any(|s| s.node) {
+            return;
+        }
+        // A real node beside the first control plane, for the scenarios that need one.
+        let node_assets = match NodeAssets::from_env() {
+            Ok(Some(assets)) => assets,
+            Ok(None) => {
+                println!("real node: skipped ({} not set)", real_node::NODE_ASSETS);
+                return;
+            }
+            Err(e) => {
+                println!("real node: {e}");
+                tally.failed.push("node".into());
+                return;
+            }
+        };
+        if let Some(missing) = real_node::missing_prerequisites() {
+            println!("real node: skipped ({missing})");
+            return;
+        }
+        match Assets::all_from_env().map(|sets| sets.into_iter().next()) {
+            Ok(Some(assets)) => match Backend::node(&assets, &node_assets).await {
+                Ok(be) => run_backend(be, &selected, complete, &mut tally).await,
+                Err(e) => {
+                    println!("node: cannot start: {e}");
+                    tally.failed.push("node".into());
+                }
+            },
+            _ => println!("real node: skipped (it needs KUBEBUILDER_ASSETS for its control plane)"),
         }
     });
     runtime.shutdown_timeout(Duration::from_secs(5));

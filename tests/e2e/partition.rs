@@ -79,9 +79,9 @@ impl Partition {
                     cut: Cut::Packets(drop),
                 })
             }
-            Kind::Cluster => {
+            Kind::Cluster | Kind::Node => {
                 println!(
-                    "    {}: an existing cluster is not partitioned: scenario skipped",
+                    "    {}: only the double and the bare control plane are partitioned: scenario skipped",
                     cx.ns
                 );
                 None
@@ -356,6 +356,13 @@ pub(crate) async fn partition_of_the_operator_during_a_burst_one_pod_each_and_re
     })
     .await;
     let statused = caught_up(Latest::has_status).expect("statuses before settling");
+    // Readiness may come a little after the Browsers settled: the prober runs until the bound
+    // has passed, or it saw the operator ready.
+    while Instant::now() < healed + STATUS_BOUND
+        && host::http_get(probe, "/readyz").is_none_or(|(code, _)| code != 200)
+    {
+        tokio::time::sleep(every).await;
+    }
     probing.store(false, Ordering::Relaxed);
     let samples = prober.await.expect("readiness prober");
     println!(

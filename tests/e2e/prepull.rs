@@ -25,6 +25,18 @@ fn prepull_rbac(ns: &str) -> Vec<Value> {
     docs
 }
 
+/// The operator runs as its ServiceAccount with rbac/: `rbac/prepull/` adds what
+/// `--enable-prepull` needs (an existing cluster's identity is its own).
+pub(crate) async fn grant_prepull(cx: &Ctx) {
+    if cx.be.kind != Kind::Cluster {
+        for doc in prepull_rbac(&cx.ns) {
+            controlplane::apply_object(&cx.be.client, &doc)
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+    }
+}
+
 fn daemon_set_resource() -> ApiResource {
     resource("apps", "DaemonSet", "daemonsets")
 }
@@ -93,7 +105,7 @@ impl Ctx {
         .await
     }
 
-    async fn patch_config(&self, name: &str, patch: Value) {
+    pub(crate) async fn patch_config(&self, name: &str, patch: Value) {
         self.api(&config_resource(self.layout))
             .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
@@ -124,14 +136,7 @@ fn condition<'a>(config: &'a Value, kind: &str) -> Option<&'a Value> {
 /// DaemonSet controller would: neither backend runs one); a change updates and drops
 /// DaemonSets; opting out removes them; a deleted config leaves none.
 pub(crate) async fn prepull_daemon_sets_follow_the_config_and_report_progress(cx: Arc<Ctx>) {
-    if cx.be.kind != Kind::Cluster {
-        // The operator runs as its ServiceAccount with rbac/: the file adds what the flag needs.
-        for doc in prepull_rbac(&cx.ns) {
-            controlplane::apply_object(&cx.be.client, &doc)
-                .await
-                .unwrap_or_else(|e| panic!("{e}"));
-        }
-    }
+    grant_prepull(&cx).await;
     cx.start_operator(&[
         "--enable-prepull",
         "--prepull-helper-image=mirror.example/busybox:1.36.1-musl",

@@ -217,7 +217,8 @@ fn generate_certs(dir: &Path) -> Result<Certs, ControlPlaneError> {
     Ok(certs)
 }
 
-fn spawn(binary: &Path, args: &[String], log: &Path) -> Result<Child, ControlPlaneError> {
+/// Starts `binary` with `args`, appending its output to `log`; it dies with this process.
+pub fn spawn(binary: &Path, args: &[String], log: &Path) -> Result<Child, ControlPlaneError> {
     let name = binary.display().to_string();
     // Appended to: a restarted process continues the log of the one before.
     let out = std::fs::OpenOptions::new()

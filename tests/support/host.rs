@@ -87,6 +87,64 @@ pub fn http_response_at(ip: IpAddr, port: u16, path: &str) -> Option<String> {
     Some(response)
 }
 
+/// A plain HTTP/1.1 request with a JSON body to `ip`, answered within `limit`; returns
+/// (status, body).
+pub fn http_request_at(
+    ip: IpAddr,
+    port: u16,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+    limit: Duration,
+) -> Option<(u16, String)> {
+    let mut stream = TcpStream::connect_timeout(&(ip, port).into(), limit).ok()?;
+    stream.set_read_timeout(Some(limit)).ok()?;
+    let body = body.unwrap_or_default();
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: {ip}:{port}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .ok()?;
+    // Some servers (chromedriver) keep the connection open: read the head, then the body's
+    // Content-Length, else up to the end.
+    let mut received = Vec::new();
+    let mut chunk = [0u8; 8192];
+    let head_end = loop {
+        if let Some(at) = received.windows(4).position(|w| w == b"\r\n\r\n") {
+            break at + 4;
+        }
+        let n = stream.read(&mut chunk).ok()?;
+        if n == 0 {
+            return None;
+        }
+        received.extend_from_slice(&chunk[..n]);
+    };
+    let head = String::from_utf8_lossy(&received[..head_end]).into_owned();
+    let status = head.split_whitespace().nth(1)?.parse().ok()?;
+    let length = head.lines().find_map(|line| {
+        let (name, value) = line.split_once(':')?;
+        name.eq_ignore_ascii_case("content-length")
+            .then(|| value.trim().parse::<usize>().ok())?
+    });
+    let mut body = received[head_end..].to_vec();
+    match length {
+        Some(length) => {
+            while body.len() < length {
+                let n = stream.read(&mut chunk).ok()?;
+                if n == 0 {
+                    break;
+                }
+                body.extend_from_slice(&chunk[..n]);
+            }
+        }
+        None => {
+            stream.read_to_end(&mut body).ok()?;
+        }
+    }
+    Some((status, String::from_utf8_lossy(&body).into_owned()))
+}
+
 /// A plain HTTP/1.1 GET on loopback; returns (status, body).
 pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     http_get_at(IpAddr::from([127, 0, 0, 1]), port, path)
