@@ -1983,6 +1983,100 @@ async fn impersonated_requests_get_what_rbac_grants_and_reviews_say_so() {
     pods(&admin).list(&ListParams::default()).await.unwrap();
 }
 
+/// As kube-apiserver does: an apply that creates is authorized as a patch and as a create; an
+/// apply of an existing object, or of a missing object's status, needs no create.
+#[tokio::test]
+async fn an_apply_that_creates_needs_create_as_well_as_patch() {
+    let server = ApiServer::new();
+    let served = server.serve().await.unwrap();
+    let dir = support::host::TempDir::new("double-apply-create");
+    let kubeconfig = dir.join("kubeconfig");
+    served
+        .write_kubeconfig_as(&kubeconfig, Some("system:serviceaccount:ops:robot"))
+        .unwrap();
+    let robot = support::controlplane::client_from(&kubeconfig)
+        .await
+        .unwrap();
+    let admin = server.client();
+    let grant = |verbs: Value| {
+        rbac_object(
+            "Role",
+            "pod-writer",
+            Some("default"),
+            json!({"rules": [{"apiGroups": [""], "resources": ["pods", "pods/status"], "verbs": verbs}]}),
+        )
+    };
+    let roles = rbac_api(&admin, "roles", "Role", Some("default"));
+    roles
+        .create(&PostParams::default(), &grant(json!(["patch"])))
+        .await
+        .unwrap();
+    rbac_api(&admin, "rolebindings", "RoleBinding", Some("default"))
+        .create(
+            &PostParams::default(),
+            &rbac_object(
+                "RoleBinding",
+                "pod-writer",
+                Some("default"),
+                json!({
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pod-writer"},
+                    "subjects": [{"kind": "ServiceAccount", "name": "robot", "namespace": "ops"}],
+                }),
+            ),
+        )
+        .await
+        .unwrap();
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+        "spec": {"containers": [{"name": "c", "image": "i"}]}});
+    let apply = PatchParams::apply("robot");
+    let by_robot: Api<DynamicObject> =
+        Api::namespaced_with(robot.clone(), "default", &pod_resource());
+    match by_robot.patch("p", &apply, &Patch::Apply(&pod)).await {
+        Err(kube::Error::Api(status)) => {
+            assert_eq!(status.code, 403);
+            assert!(
+                status.message.contains("cannot create resource \"pods\""),
+                "{}",
+                status.message
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // A missing object's status: not found, whatever the grants.
+    match by_robot
+        .patch_status("p", &apply, &Patch::Apply(&pod))
+        .await
+    {
+        Err(kube::Error::Api(status)) => assert_eq!(status.code, 404, "{}", status.message),
+        other => panic!("{other:?}"),
+    }
+    roles
+        .replace(
+            "pod-writer",
+            &PostParams::default(),
+            &grant(json!(["patch", "create"])),
+        )
+        .await
+        .unwrap();
+    by_robot
+        .patch("p", &apply, &Patch::Apply(&pod))
+        .await
+        .unwrap();
+    // Patching what exists needs patch only.
+    roles
+        .replace(
+            "pod-writer",
+            &PostParams::default(),
+            &grant(json!(["patch"])),
+        )
+        .await
+        .unwrap();
+    by_robot
+        .patch("p", &apply, &Patch::Apply(&pod))
+        .await
+        .unwrap();
+}
+
 #[tokio::test]
 async fn an_updated_crd_serves_its_new_printer_columns() {
     let server = ApiServer::new();

@@ -241,6 +241,50 @@ async fn a_browser_whose_status_is_always_refused_is_deleted_not_retried_forever
     );
 }
 
+/// A config with a privileged sidecar (`testdata/configs/privileged-sidecar.yaml` in short).
+fn privileged_config() -> Value {
+    json!({"browsers": {"chrome": {"139.0": {
+        "image": "selenium/standalone-chrome:139.0",
+        "sidecars": [{"name": "docker", "image": "docker:dind", "securityContext": {"privileged": true}}],
+    }}}})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_entry_above_the_pod_security_ceiling_is_invalid_and_its_browsers_fail() {
+    let env = Env::start(&[]).await;
+    env.create_config("privileged", privileged_config()).await;
+    let conditions = env.judged_conditions("privileged").await;
+    let valid = condition(&conditions, "Valid").unwrap();
+    assert_eq!(valid["status"], "False", "{valid}");
+    let field = "spec.containers[1] (docker).securityContext.privileged is true";
+    let message = valid["message"].as_str().unwrap();
+    assert!(
+        message.contains("above the operator's pod security level baseline")
+            && message.contains(field),
+        "{message}"
+    );
+    env.create_browser(hub_browser("p1")).await;
+    let failure = env.failure_of("p1").await;
+    assert_eq!(failure["reason"], "InvalidConfig");
+    assert!(
+        failure["message"].as_str().unwrap().contains(field),
+        "{failure}"
+    );
+    env.until_gone("p1").await;
+    assert_eq!(env.pod_creates("p1"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_privileged_level_lets_the_same_entry_run() {
+    let env = Env::start(&["--pod-security-level=privileged"]).await;
+    env.create_config("privileged", privileged_config()).await;
+    let conditions = env.judged_conditions("privileged").await;
+    assert_eq!(condition(&conditions, "Valid").unwrap()["status"], "True");
+    env.create_browser(hub_browser("p1")).await;
+    env.until("p1 Running", |e| is_running(&e.browser("p1")))
+        .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleting_a_config_does_not_disturb_sessions_that_have_their_pod() {
     let env = Env::start(&[]).await;

@@ -747,10 +747,12 @@ fn patch_options_invalid(field: &str, reason: &str, message: &str) -> ApiError {
 }
 
 /// Whether `call` is an apply of an object that does not exist yet: admission and
-/// authorization take it for a create.
+/// authorization take it for a create. (A subresource creates nothing: its apply of a missing
+/// object is answered 404.)
 fn applies_create(state: &State, call: &Call) -> bool {
     let t = &call.target;
     call.patch_type == Some(PatchType::Apply)
+        && t.sub.is_none()
         && call
             .name
             .as_deref()
