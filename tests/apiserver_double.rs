@@ -1897,17 +1897,31 @@ fn rbac_api(client: &Client, plural: &str, kind: &str, ns: Option<&str>) -> Api<
     }
 }
 
-#[tokio::test]
-async fn impersonated_requests_get_what_rbac_grants_and_reviews_say_so() {
-    let server = ApiServer::new();
+/// A client of `server` over TCP acting as `system:serviceaccount:ops:robot`, with what keeps
+/// it working (the served server, the kubeconfig's folder).
+async fn robot_client(
+    server: &ApiServer,
+) -> (
+    support::apiserver::ServeHandle,
+    support::host::TempDir,
+    Client,
+) {
     let served = server.serve().await.unwrap();
-    let dir = support::host::TempDir::new("double-rbac");
+    let dir = support::host::TempDir::new("double-robot");
     let kubeconfig = dir.join("kubeconfig");
-    let user = "system:serviceaccount:ops:robot";
-    served.write_kubeconfig_as(&kubeconfig, Some(user)).unwrap();
+    served
+        .write_kubeconfig_as(&kubeconfig, Some("system:serviceaccount:ops:robot"))
+        .unwrap();
     let robot = support::controlplane::client_from(&kubeconfig)
         .await
         .unwrap();
+    (served, dir, robot)
+}
+
+#[tokio::test]
+async fn impersonated_requests_get_what_rbac_grants_and_reviews_say_so() {
+    let server = ApiServer::new();
+    let (_served, _dir, robot) = robot_client(&server).await;
     let admin = server.client();
 
     let everywhere: Api<DynamicObject> = Api::all_with(robot.clone(), &pod_resource());
@@ -1988,15 +2002,7 @@ async fn impersonated_requests_get_what_rbac_grants_and_reviews_say_so() {
 #[tokio::test]
 async fn an_apply_that_creates_needs_create_as_well_as_patch() {
     let server = ApiServer::new();
-    let served = server.serve().await.unwrap();
-    let dir = support::host::TempDir::new("double-apply-create");
-    let kubeconfig = dir.join("kubeconfig");
-    served
-        .write_kubeconfig_as(&kubeconfig, Some("system:serviceaccount:ops:robot"))
-        .unwrap();
-    let robot = support::controlplane::client_from(&kubeconfig)
-        .await
-        .unwrap();
+    let (_served, _dir, robot) = robot_client(&server).await;
     let admin = server.client();
     let grant = |verbs: Value| {
         rbac_object(

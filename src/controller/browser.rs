@@ -210,33 +210,10 @@ fn current_view(scope: &Scope, ns: &str, name: &str) -> Result<Option<View>, Rec
 
 async fn reconcile_inner(scope: &Scope, ns: &str, name: &str) -> Result<Action, ReconcileError> {
     let shared = &scope.shared;
-    // The Browser as the cache has it now, after the wait for a worker (gone: nothing to do).
-    let browser_ref = ObjectRef::new_with(name, shared.kinds.browser.clone()).within(ns);
-    let Some(browser) = scope.browsers.get(&browser_ref) else {
+    // The Browser as the cache has it now, after the wait for a worker (gone, or let go of
+    // already while the cache still shows it: nothing to do).
+    let Some(mut view) = current_view(scope, ns, name)? else {
         return Ok(Action::await_change());
-    };
-    // Let go of already: the cache still shows it.
-    let Some(browser) = scope
-        .fresher
-        .pick_browser(ns, name, &browser, &shared.kinds.browser)
-    else {
-        return Ok(Action::await_change());
-    };
-    let pod_ref = ObjectRef::new_with(name, shared.kinds.pod.clone()).within(ns);
-    let cached_pod = scope
-        .fresher
-        .pick_pod(
-            ns,
-            name,
-            scope.pods.get(&pod_ref).as_deref(),
-            &shared.kinds.pod,
-        )
-        .map(|pod| pod_json(&pod))
-        .transpose()?;
-    let mut view = View {
-        browser,
-        browser_current: false,
-        pod: cached_pod.map(Some),
     };
     let pods_api = scope.api(&shared.kinds.pod, ns);
     let browsers_api = scope.api(&shared.kinds.browser, ns);

@@ -306,19 +306,7 @@ async fn reconcile(config: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Acti
             Timestamp::now(),
         );
         if desired != current {
-            let api: Api<DynamicObject> =
-                Api::namespaced_with(ctx.client.clone(), &ns, &ctx.kinds.browserconfig);
-            let mut body = apply::body(&ctx.kinds.browserconfig, &name, None);
-            body["status"] = desired;
-            ctx.metrics.write("apply", "browserconfigs/status");
-            let written = api
-                .patch_status(
-                    &name,
-                    &PatchParams::apply(keys::FIELD_MANAGER).force(),
-                    &Patch::Apply(body),
-                )
-                .await;
-            match written {
+            match apply_status(&ctx, &ns, &name, None, desired).await {
                 Ok(_) => {}
                 // Refused for a reason no rule knows: said once, and not tried again until the
                 // config changes (a retry would be refused alike).
@@ -562,6 +550,29 @@ pub async fn run_scope(
     }
 }
 
+/// Applies `status` to the BrowserConfig `name` (only while it has `uid`, when given). The
+/// answer is read as [`Decoded`]: that of an object too deep to read still decodes.
+async fn apply_status(
+    ctx: &Context,
+    ns: &str,
+    name: &str,
+    uid: Option<&str>,
+    status: Value,
+) -> Result<(), kube::Error> {
+    let api: Api<Decoded<DynamicObject>> =
+        Api::namespaced_with(ctx.client.clone(), ns, &ctx.kinds.browserconfig);
+    let mut body = apply::body(&ctx.kinds.browserconfig, name, uid);
+    body["status"] = status;
+    ctx.metrics.write("apply", "browserconfigs/status");
+    api.patch_status(
+        name,
+        &PatchParams::apply(keys::FIELD_MANAGER).force(),
+        &Patch::Apply(body),
+    )
+    .await
+    .map(|_| ())
+}
+
 /// Reports each BrowserConfig the client cannot decode once per generation: a log line with
 /// its name always, a `Valid: False` condition (reason `Undecodable`) when its status can be
 /// written, else a Warning Event. It stays out of every cache, so no Browser uses its entries
@@ -582,19 +593,8 @@ async fn report_undecodable(
         }
         warn!(namespace = %ns, name = %name, error = %config.error, "cannot read this BrowserConfig; it is skipped");
         let message = report::undecodable_message(&config.error);
-        let api: Api<Decoded<DynamicObject>> =
-            Api::namespaced_with(ctx.client.clone(), &ns, &ctx.kinds.browserconfig);
-        let mut body = apply::body(&ctx.kinds.browserconfig, &name, meta.uid.as_deref());
-        body["status"] = report::undecodable_status(meta.generation, &message, Timestamp::now());
-        ctx.metrics.write("apply", "browserconfigs/status");
-        let written = api
-            .patch_status(
-                &name,
-                &PatchParams::apply(keys::FIELD_MANAGER).force(),
-                &Patch::Apply(body),
-            )
-            .await;
-        if let Err(error) = written {
+        let status = report::undecodable_status(meta.generation, &message, Timestamp::now());
+        if let Err(error) = apply_status(&ctx, &ns, &name, meta.uid.as_deref(), status).await {
             warn!(namespace = %ns, name = %name, error = %describe(&error), "cannot write the status of the unreadable BrowserConfig; reporting it in an Event");
             let object = DynamicObject::from_identity(meta.clone());
             ctx.events

@@ -816,6 +816,39 @@ impl Ctx {
         self.create(&browser_resource(self.layout), browser).await;
     }
 
+    /// Creates the Browsers `<prefix>000` … (`count` of them), 50 at a time; a third end their
+    /// sessions on their own (the sidecar exits 0.5 s to 5.5 s after Running). Returns their
+    /// names.
+    async fn burst(self: &Arc<Self>, prefix: &str, count: usize) -> Vec<String> {
+        let names: Vec<String> = (0..count).map(|i| format!("{prefix}{i:03}")).collect();
+        for (i, name) in names.iter().enumerate() {
+            if i % 3 == 0 {
+                self.kubelet().set(
+                    name,
+                    Script::ExitAfterRunning {
+                        container: "seleniferous".into(),
+                        exit_code: 0,
+                        after: Duration::from_millis(500 + 50 * i as u64),
+                    },
+                );
+            }
+        }
+        self.create_browsers(&names).await;
+        names
+    }
+
+    /// Creates the Browsers `names`, 50 at a time.
+    async fn create_browsers(self: &Arc<Self>, names: &[String]) {
+        let create = |n: String| {
+            let cx = self.clone();
+            async move { cx.create_browser(&n, json!({})).await }
+        };
+        futures::stream::iter(names.iter().cloned().map(create))
+            .buffer_unordered(50)
+            .collect::<Vec<()>>()
+            .await;
+    }
+
     async fn delete_browser(&self, name: &str) {
         self.browsers()
             .delete(name, &DeleteParams::default())
@@ -915,6 +948,34 @@ async fn poll<T, F: Future<Output = Result<T, String>>>(
         }
         tokio::time::sleep(every).await;
     }
+}
+
+/// Answers of `/readyz` (no answer: `None`) and when they came.
+type Samples = Vec<(Instant, Option<u16>)>;
+
+/// `/readyz` on `port` as a kubelet probes it, every 100 ms, until the returned flag is
+/// cleared.
+fn probe_readiness(
+    port: u16,
+) -> (
+    Arc<std::sync::atomic::AtomicBool>,
+    tokio::task::JoinHandle<Samples>,
+) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let probing = Arc::new(AtomicBool::new(true));
+    let task = {
+        let probing = probing.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut samples = Vec::new();
+            while probing.load(Ordering::Relaxed) {
+                let code = host::http_get(port, "/readyz").map(|(code, _)| code);
+                samples.push((Instant::now(), code));
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            samples
+        })
+    };
+    (probing, task)
 }
 
 /// How an operator process runs besides its flags.

@@ -7,18 +7,16 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use kube::api::{Api, DeleteParams, DynamicObject};
 use serde_json::{Value, json};
 
 use crate::support::controlplane;
 use crate::support::host;
-use crate::support::kubelet::Script;
 use crate::support::partition::{PacketDrop, SilentProxy, packet_filter_available};
-use crate::{Ctx, Kind, Process, Seen, operator_user, poll, resource};
+use crate::{Ctx, Kind, Process, Seen, operator_user, poll, probe_readiness, resource};
 
 /// The uid the partitioned operator runs as on the control plane (`nobody`).
 const NOBODY: u32 = 65534;
@@ -222,27 +220,6 @@ fn apply(latest: &mut BTreeMap<String, Latest>, seen: &Seen) {
     }
 }
 
-/// Answers of `/readyz` (no answer: `None`) and when they came.
-type Samples = Vec<(Instant, Option<u16>)>;
-
-/// `/readyz` as a kubelet probes it, every 100 ms, until the returned flag is cleared.
-fn probe_readiness(port: u16) -> (Arc<AtomicBool>, tokio::task::JoinHandle<Samples>) {
-    let probing = Arc::new(AtomicBool::new(true));
-    let task = {
-        let probing = probing.clone();
-        tokio::task::spawn_blocking(move || {
-            let mut samples = Vec::new();
-            while probing.load(Ordering::Relaxed) {
-                let code = host::http_get(port, "/readyz").map(|(code, _)| code);
-                samples.push((Instant::now(), code));
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            samples
-        })
-    };
-    (probing, task)
-}
-
 /// Deletes every Browser of the scenario and waits until neither Browser nor pod is left.
 async fn delete_everything(cx: &Ctx) {
     let remaining: Vec<String> = cx
@@ -295,27 +272,7 @@ pub(crate) async fn partition_of_the_operator_during_a_burst_one_pod_each_and_re
     cx.chrome_config().await;
     // The operator serves no Browser of a config it has not seen yet.
     cx.until_config("chrome", "Valid", "True").await;
-    let names: Vec<String> = (0..100).map(|i| format!("p{i:03}")).collect();
-    for (i, name) in names.iter().enumerate() {
-        if i % 3 == 0 {
-            cx.kubelet().set(
-                name,
-                Script::ExitAfterRunning {
-                    container: "seleniferous".into(),
-                    exit_code: 0,
-                    after: Duration::from_millis(500 + 50 * i as u64),
-                },
-            );
-        }
-    }
-    let create = |n: String| {
-        let cx = cx.clone();
-        async move { cx.create_browser(&n, json!({})).await }
-    };
-    futures::stream::iter(names.iter().cloned().map(create))
-        .buffer_unordered(50)
-        .collect::<Vec<()>>()
-        .await;
+    let names = cx.burst("p", 100).await;
     let (every, limit) = (Duration::from_millis(100), Duration::from_secs(120));
     cx.until_within(limit, every, "20 pods", |s| s.pods.len() >= 20)
         .await;
@@ -330,10 +287,7 @@ pub(crate) async fn partition_of_the_operator_during_a_burst_one_pod_each_and_re
     let cut_at = Instant::now();
     partition.cut();
     let late: Vec<String> = (0..10).map(|i| format!("late{i}")).collect();
-    futures::stream::iter(late.iter().cloned().map(create))
-        .buffer_unordered(10)
-        .collect::<Vec<()>>()
-        .await;
+    cx.create_browsers(&late).await;
     tokio::time::sleep_until((cut_at + cut_length(&cx)).into()).await;
     partition.heal();
     let healed = Instant::now();

@@ -4,7 +4,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use kube::api::DeleteParams;
 use serde_json::json;
 
@@ -83,47 +82,15 @@ pub(crate) async fn api_server_restart_and_operator_kill_during_a_burst_one_pod_
     let health = format!("--health-probe-bind-address=127.0.0.1:{probe}");
     cx.start_operator(&[&health]);
     cx.chrome_config().await;
-    let names: Vec<String> = (0..100).map(|i| format!("r{i:03}")).collect();
     // A third of the sessions end on their own (the sidecar exits), through the outage too.
-    for (i, name) in names.iter().enumerate() {
-        if i % 3 == 0 {
-            cx.kubelet().set(
-                name,
-                Script::ExitAfterRunning {
-                    container: "seleniferous".into(),
-                    exit_code: 0,
-                    after: Duration::from_millis(500 + 50 * i as u64),
-                },
-            );
-        }
-    }
-    let create = |n: String| {
-        let cx = cx.clone();
-        async move { cx.create_browser(&n, json!({})).await }
-    };
-    futures::stream::iter(names.iter().cloned().map(create))
-        .buffer_unordered(50)
-        .collect::<Vec<()>>()
-        .await;
+    let names = cx.burst("r", 100).await;
     let (every, limit) = (Duration::from_millis(100), Duration::from_secs(120));
     cx.until_within(limit, every, "20 pods", |s| s.pods.len() >= 20)
         .await;
     cx.kill_operator();
     cx.start_operator(&[&health]);
     // Readiness as a kubelet would probe it, every 100 ms.
-    let probing = Arc::new(std::sync::atomic::AtomicBool::new(true));
-    let prober = {
-        let probing = probing.clone();
-        tokio::task::spawn_blocking(move || {
-            let mut samples = Vec::new();
-            while probing.load(std::sync::atomic::Ordering::Relaxed) {
-                let code = host::http_get(probe, "/readyz").map(|(code, _)| code);
-                samples.push((Instant::now(), code));
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            samples
-        })
-    };
+    let (probing, prober) = crate::probe_readiness(probe);
     cx.until_within(limit, every, "the restarted operator ready", |_| {
         host::http_get(probe, "/readyz").is_some_and(|(code, _)| code == 200)
     })
@@ -132,10 +99,7 @@ pub(crate) async fn api_server_restart_and_operator_kill_during_a_burst_one_pod_
     cx.be.outage().await.expect("API server back");
     let back = Instant::now();
     let late: Vec<String> = (0..10).map(|i| format!("late{i}")).collect();
-    futures::stream::iter(late.iter().cloned().map(create))
-        .buffer_unordered(10)
-        .collect::<Vec<()>>()
-        .await;
+    cx.create_browsers(&late).await;
     let all: Vec<String> = names.iter().chain(&late).cloned().collect();
     let has_status = |s: &Snapshot, n: &str| {
         s.browser(n)

@@ -218,32 +218,31 @@ impl Node {
             node.ctr(&["images", "import", &tarball.display().to_string()])?;
         }
         let admin = node.kubeconfig.display().to_string();
-        node.scheduler = Some(node.spawn(
-            &assets.kube_scheduler.display().to_string(),
-            &[
+        // The scheduler's and the controller manager's flags in common: the admin's
+        // credentials, serving on loopback, alone (no election).
+        let component = || {
+            vec![
                 format!("--kubeconfig={admin}"),
                 format!("--authentication-kubeconfig={admin}"),
                 format!("--authorization-kubeconfig={admin}"),
-                "--bind-address=127.0.0.1".into(),
+                "--bind-address=127.0.0.1".to_string(),
                 format!("--secure-port={}", free_port()),
-                "--leader-elect=false".into(),
-            ],
-        )?);
+                "--leader-elect=false".to_string(),
+            ]
+        };
+        node.scheduler =
+            Some(node.spawn(&assets.kube_scheduler.display().to_string(), &component())?);
+        let mut controller_flags = component();
+        controller_flags.extend([
+            "--use-service-account-credentials=false".to_string(),
+            // DaemonSets, the garbage collector (a deleted DaemonSet's pods go), and the node
+            // lifecycle controller that lifts the not-ready taint the kubelet registers the
+            // node with: all the suite needs of it.
+            "--controllers=daemonset,garbagecollector,nodelifecycle".to_string(),
+        ]);
         node.controller_manager = Some(node.spawn(
             &assets.kube_controller_manager.display().to_string(),
-            &[
-                format!("--kubeconfig={admin}"),
-                format!("--authentication-kubeconfig={admin}"),
-                format!("--authorization-kubeconfig={admin}"),
-                "--bind-address=127.0.0.1".into(),
-                format!("--secure-port={}", free_port()),
-                "--leader-elect=false".into(),
-                "--use-service-account-credentials=false".into(),
-                // DaemonSets, the garbage collector (a deleted DaemonSet's pods go), and
-                // the node lifecycle controller that lifts the not-ready taint the kubelet
-                // registers the node with: all the suite needs of it.
-                "--controllers=daemonset,garbagecollector,nodelifecycle".into(),
-            ],
+            &controller_flags,
         )?);
         let client = plane
             .client()
