@@ -114,13 +114,14 @@ async fn publish(recorder: Recorder, mut rx: mpsc::Receiver<Queued>, metrics: Ar
             metrics.event_dropped(event.warning);
         }
         // Wait for something to do, taking in what is handed over meanwhile.
-        let pause = match waiting.next(metrics.reconciling(), now) {
+        let reconciling = metrics.reconciling();
+        let pause = match waiting.next(reconciling, now) {
             Next::Idle => None,
             Next::Hold => Some(HOLD_CHECK),
             Next::Ready => bucket.take(now),
         };
         if pause.is_none() && !waiting.is_empty() {
-            if let Some((event, reference)) = waiting.take() {
+            if let Some((event, reference)) = waiting.take(reconciling, now) {
                 metrics.write("create", "events");
                 if let Err(e) = recorder
                     .publish(&to_runtime_event(&event), &reference)

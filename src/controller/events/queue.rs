@@ -145,31 +145,37 @@ impl<T> Queue<T> {
         stale.into_iter().map(|w| w.item).collect()
     }
 
-    /// The index of the Event to go next: the most urgent class, the newest within it.
-    fn head(&self) -> Option<usize> {
+    /// Whether `w` may go now: a Warning or a first Event at once, the rest once the
+    /// reconciles pause or it has waited [`HOLD`].
+    fn ready(w: &Waiting<T>, reconciling: bool, now: Instant) -> bool {
+        w.class != Class::Later || !reconciling || now.saturating_duration_since(w.queued) >= HOLD
+    }
+
+    /// The index of the Event to go next: of those that may go now, the most urgent class, the
+    /// newest within it. (A held Event never holds back one that may go.)
+    fn head(&self, reconciling: bool, now: Instant) -> Option<usize> {
         self.waiting
             .iter()
             .enumerate()
+            .filter(|(_, w)| Self::ready(w, reconciling, now))
             .min_by_key(|(_, w)| (w.class, std::cmp::Reverse(w.seq)))
             .map(|(i, _)| i)
     }
 
     /// What to do next, while the reconciles are (or are not) at work.
     pub fn next(&self, reconciling: bool, now: Instant) -> Next {
-        let Some(head) = self.head() else {
-            return Next::Idle;
-        };
-        let w = &self.waiting[head];
-        if w.class == Class::Later && reconciling && now.saturating_duration_since(w.queued) < HOLD
-        {
-            return Next::Hold;
+        if self.waiting.is_empty() {
+            Next::Idle
+        } else if self.head(reconciling, now).is_some() {
+            Next::Ready
+        } else {
+            Next::Hold
         }
-        Next::Ready
     }
 
-    /// Takes the Event to go next.
-    pub fn take(&mut self) -> Option<T> {
-        let head = self.head()?;
+    /// Takes the Event to go next, as [`Queue::next`] judged it.
+    pub fn take(&mut self, reconciling: bool, now: Instant) -> Option<T> {
+        let head = self.head(reconciling, now)?;
         Some(self.waiting.swap_remove(head).item)
     }
 }
@@ -179,7 +185,8 @@ mod tests {
     use super::*;
 
     fn drain(queue: &mut Queue<&'static str>) -> Vec<&'static str> {
-        std::iter::from_fn(|| queue.take()).collect()
+        let now = Instant::now();
+        std::iter::from_fn(|| queue.take(false, now)).collect()
     }
 
     #[test]
@@ -211,13 +218,32 @@ mod tests {
         assert_eq!(q.next(true, now), Next::Idle);
         q.push("a", false, "a1", now);
         assert_eq!(q.next(true, now), Next::Ready, "a first Event goes at once");
-        q.take();
+        q.take(true, now);
         q.push("a", false, "a2", now);
         assert_eq!(q.next(true, now), Next::Hold);
         assert_eq!(q.next(false, now), Next::Ready);
         assert_eq!(q.next(true, now + HOLD), Next::Ready, "held long enough");
         q.push("a", true, "a-failed", now);
         assert_eq!(q.next(true, now), Next::Ready, "a warning goes at once");
+    }
+
+    #[test]
+    fn a_held_event_never_holds_back_one_that_may_go() {
+        let now = Instant::now();
+        let mut q = Queue::default();
+        q.push("a", false, "a1", now);
+        q.take(true, now);
+        q.push("a", false, "a2", now);
+        // Newer than a2, but held while a2 has waited long enough.
+        let later = now + HOLD;
+        q.push("b", false, "b1", later);
+        q.take(true, later);
+        q.push("b", false, "b2", later);
+        assert_eq!(q.next(true, later), Next::Ready);
+        assert_eq!(q.take(true, later), Some("a2"));
+        assert_eq!(q.next(true, later), Next::Hold);
+        assert_eq!(q.take(true, later), None);
+        assert_eq!(q.take(false, later), Some("b2"));
     }
 
     #[test]
