@@ -34,8 +34,10 @@ const FLAG_PAGES: [&str; 5] = [
 ];
 
 /// Programs whose flags the docs quote in commands; their flags are not the operator's.
-const OTHER_PROGRAMS: [&str; 10] = [
+const OTHER_PROGRAMS: [&str; 12] = [
     "kubectl",
+    "etcd",
+    "stress-ng",
     "cargo",
     "sed",
     "go",
