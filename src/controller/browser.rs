@@ -107,7 +107,7 @@ async fn after_refusal(
         &status.reason,
         &status.message,
     );
-    let plan = match next {
+    let failure = match next {
         AfterRefusal::Retry => return Err(error),
         AfterRefusal::GiveUp => {
             if refusals == 3 * rejection::ATTEMPTS {
@@ -127,33 +127,22 @@ async fn after_refusal(
             }
             return Ok(Action::await_change());
         }
-        AfterRefusal::Fail(failure) => {
-            let Some(view) = current_view(scope, ns, name)? else {
-                return Ok(Action::await_change());
-            };
-            let observed = Observed {
-                browser: &view.browser,
-                pod: view.pod(),
-                now: Timestamp::now(),
-            };
-            (
-                decide::rejected(&observed, &scope.shared.settings, failure),
-                view,
-            )
-        }
-        AfterRefusal::Abandon => {
-            let Some(view) = current_view(scope, ns, name)? else {
-                return Ok(Action::await_change());
-            };
-            let observed = Observed {
-                browser: &view.browser,
-                pod: view.pod(),
-                now: Timestamp::now(),
-            };
-            (decide::abandoned(&observed, &status.message), view)
-        }
+        AfterRefusal::Fail(failure) => Some(failure),
+        AfterRefusal::Abandon => None,
     };
-    let (plan, view) = plan;
+    let Some(view) = current_view(scope, ns, name)? else {
+        return Ok(Action::await_change());
+    };
+    let observed = Observed {
+        browser: &view.browser,
+        pod: view.pod(),
+        now: Timestamp::now(),
+    };
+    let plan = match failure {
+        Some(failure) => decide::rejected(&observed, &scope.shared.settings, failure),
+        // Even the failure cannot be written.
+        None => decide::abandoned(&observed, &status.message),
+    };
     log_plan(&plan);
     let shared = &scope.shared;
     let pods_api = scope.api(&shared.kinds.pod, ns);

@@ -849,6 +849,32 @@ impl Ctx {
             .await;
     }
 
+    /// Deletes every Browser of the scenario (the operator may have deleted a failed one
+    /// already) and waits until neither Browser nor pod is left.
+    async fn delete_everything(&self) {
+        let remaining: Vec<String> = self
+            .snapshot()
+            .await
+            .browsers
+            .iter()
+            .filter_map(|b| b["metadata"]["name"].as_str().map(String::from))
+            .collect();
+        for name in &remaining {
+            match self.browsers().delete(name, &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => panic!("browser {name} deleted: {e}"),
+            }
+        }
+        self.until_within(
+            Duration::from_secs(120),
+            Duration::from_millis(200),
+            "nothing left",
+            |s| s.browsers.is_empty() && s.pods.is_empty(),
+        )
+        .await;
+    }
+
     async fn delete_browser(&self, name: &str) {
         self.browsers()
             .delete(name, &DeleteParams::default())

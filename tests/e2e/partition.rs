@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use kube::api::{Api, DeleteParams, DynamicObject};
+use kube::api::{Api, DynamicObject};
 use serde_json::{Value, json};
 
 use crate::support::controlplane;
@@ -220,31 +220,6 @@ fn apply(latest: &mut BTreeMap<String, Latest>, seen: &Seen) {
     }
 }
 
-/// Deletes every Browser of the scenario and waits until neither Browser nor pod is left.
-async fn delete_everything(cx: &Ctx) {
-    let remaining: Vec<String> = cx
-        .snapshot()
-        .await
-        .browsers
-        .iter()
-        .filter_map(|b| b["metadata"]["name"].as_str().map(String::from))
-        .collect();
-    for name in &remaining {
-        match cx.browsers().delete(name, &DeleteParams::default()).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
-            Err(e) => panic!("delete {name}: {e}"),
-        }
-    }
-    cx.until_within(
-        Duration::from_secs(60),
-        Duration::from_millis(200),
-        "nothing left",
-        |s| s.browsers.is_empty() && s.pods.is_empty(),
-    )
-    .await;
-}
-
 /// A burst of 100 Browsers (a third end their sessions on their own), an operator SIGKILL and
 /// restart, then the operator's link cut (30 s on a real API server) while sessions end and
 /// ten more Browsers are created: `/readyz` is not ready while the link is lost, every
@@ -368,7 +343,7 @@ pub(crate) async fn partition_of_the_operator_during_a_burst_one_pod_each_and_re
         let twice: Vec<_> = creates.iter().filter(|(_, n)| **n > 1).collect();
         assert!(twice.is_empty(), "pods created twice: {twice:?}");
     }
-    delete_everything(&cx).await;
+    cx.delete_everything().await;
 }
 
 /// The identity of the second replica in the leader scenario.
@@ -566,5 +541,5 @@ pub(crate) async fn partition_of_the_leader_the_standby_takes_over_and_the_old_l
         );
         assert!(!old.is_empty(), "the old leader wrote while it led");
     }
-    delete_everything(&cx).await;
+    cx.delete_everything().await;
 }

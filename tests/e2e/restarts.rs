@@ -4,7 +4,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kube::api::DeleteParams;
 use serde_json::json;
 
 use crate::support::host;
@@ -164,25 +163,7 @@ pub(crate) async fn api_server_restart_and_operator_kill_during_a_burst_one_pod_
             .map(|(t, code)| (t.duration_since(back).as_millis(), *code))
             .collect::<Vec<_>>()
     );
-    let remaining: Vec<String> = cx
-        .snapshot()
-        .await
-        .browsers
-        .iter()
-        .filter_map(|b| b["metadata"]["name"].as_str().map(String::from))
-        .collect();
-    for name in &remaining {
-        // The operator may delete a failed one first.
-        match cx.browsers().delete(name, &DeleteParams::default()).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
-            Err(e) => panic!("browser {name} deleted: {e}"),
-        }
-    }
-    cx.until_within(limit, every, "all gone", |s| {
-        s.browsers.is_empty() && s.pods.is_empty()
-    })
-    .await;
+    cx.delete_everything().await;
     for name in &all {
         assert!(
             cx.pod_uids(name).len() <= 1,
