@@ -143,22 +143,35 @@ async fn after_refusal(
         // Even the failure cannot be written.
         None => decide::abandoned(&observed, &status.message),
     };
-    log_plan(&plan);
+    execute_failure(scope, ns, name, &view, &plan).await
+}
+
+/// Executes a plan that fails (or lets go of) the Browser outside the usual decision, after
+/// a write refused for good, and what follows it: read-your-writes, the failure's metrics and
+/// its Events.
+async fn execute_failure(
+    scope: &Scope,
+    ns: &str,
+    name: &str,
+    view: &View,
+    plan: &Plan,
+) -> Result<Action, ReconcileError> {
+    log_plan(plan);
     let shared = &scope.shared;
     let pods_api = scope.api(&shared.kinds.pod, ns);
     let browsers_api = scope.api(&shared.kinds.browser, ns);
     let executed = target(shared, &browsers_api, &pods_api, &view.browser)
-        .execute(&plan)
+        .execute(plan)
         .await?;
-    if !executed.vanished {
-        publish_failures(shared, &plan);
-    }
     remember(scope, ns, name, &view.browser, &executed);
-    if !executed.vanished {
-        let reference = view.browser.object_ref(&shared.kinds.browser);
-        for event in plan.events.iter().cloned() {
-            shared.events.publish(event, reference.clone());
-        }
+    if executed.vanished {
+        // The API answered that the Browser is gone: nothing more for it.
+        return Ok(Action::await_change());
+    }
+    publish_failures(shared, plan);
+    let reference = view.browser.object_ref(&shared.kinds.browser);
+    for event in plan.events.iter().cloned() {
+        shared.events.publish(event, reference.clone());
     }
     Ok(plan
         .requeue_after
@@ -322,8 +335,6 @@ async fn finish(
             }
         }
     }
-    let mut events = plan.events.clone();
-    let mut requeue = plan.requeue_after;
     if let Some(failure) = executed.create_rejected.take() {
         let observed = Observed {
             browser: &view.browser,
@@ -331,18 +342,9 @@ async fn finish(
             now: Timestamp::now(),
         };
         let rejected = decide::rejected(&observed, &shared.settings, failure);
-        log_plan(&rejected);
-        let pods_api = scope.api(&shared.kinds.pod, ns);
-        let browsers_api = scope.api(&shared.kinds.browser, ns);
-        executed = target(shared, &browsers_api, &pods_api, &view.browser)
-            .execute(&rejected)
-            .await?;
-        events = rejected.events.clone();
-        requeue = rejected.requeue_after;
-        if !executed.vanished {
-            publish_failures(shared, &rejected);
-        }
-    } else if !executed.vanished {
+        return execute_failure(scope, ns, name, view, &rejected).await;
+    }
+    if !executed.vanished {
         publish_failures(shared, plan);
         observe_running(shared, &view.browser, plan);
     }
@@ -351,13 +353,15 @@ async fn finish(
         // The API answered that the Browser is gone: nothing more for it.
         return Ok(Action::await_change());
     }
-    if !events.is_empty() {
+    if !plan.events.is_empty() {
         let reference = view.browser.object_ref(&shared.kinds.browser);
-        for event in events {
+        for event in plan.events.iter().cloned() {
             shared.events.publish(event, reference.clone());
         }
     }
-    Ok(requeue.map_or_else(Action::await_change, Action::requeue))
+    Ok(plan
+        .requeue_after
+        .map_or_else(Action::await_change, Action::requeue))
 }
 
 fn pod_json(pod: &DynamicObject) -> Result<Value, ReconcileError> {
