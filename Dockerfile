@@ -27,18 +27,20 @@ COPY .ci/build-static .ci/build-static
 # Cargo.toml declares, which cargo wants to exist; those of benches and tests stay): this
 # layer is rebuilt only when Cargo.toml or Cargo.lock change.
 COPY Cargo.toml Cargo.lock ./
+COPY crates/core/Cargo.toml crates/core/Cargo.toml
 ARG TARGETARCH
-RUN mkdir -p src benches tests \
+RUN mkdir -p src benches tests crates/core/src \
     && echo 'fn main() {}' > src/main.rs \
-    && touch src/lib.rs \
+    && touch src/lib.rs crates/core/src/lib.rs \
     && echo 'fn main() {}' > benches/provision.rs \
     && echo 'fn main() {}' > tests/e2e.rs \
     && .ci/build-static "$TARGETARCH" \
-    && rm -rf src
+    && rm -rf src crates/core/src
 COPY src src
+COPY crates/core/src crates/core/src
 # Copied files keep their old modification times: touched, so that cargo does not take the
 # placeholders' build for the real one.
-RUN touch src/main.rs src/lib.rs \
+RUN touch src/main.rs src/lib.rs crates/core/src/lib.rs \
     && .ci/build-static "$TARGETARCH" /browser-controller
 
 FROM ${RUNTIME_IMAGE}

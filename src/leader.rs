@@ -19,10 +19,10 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use crate::api::error::describe;
 use crate::api::keys;
 use crate::cli::RunArgs;
 use crate::duration;
+use crate::link::error::describe;
 
 /// Where a pod finds its own namespace when `POD_NAMESPACE` is not set.
 pub const SERVICE_ACCOUNT_NAMESPACE: &str =

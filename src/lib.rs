@@ -1,21 +1,19 @@
 //! browser-controller: a Kubernetes operator that runs Selenium-compatible browsers as
-//! ephemeral Pods. The pure core (`config`, `pod`, `lifecycle`) decides; the edges
-//! (`controller`, `server`) talk to the API and the network.
+//! ephemeral Pods. The pure core (the `browser-controller-core` crate, re-exported here)
+//! decides; the modules of this crate are the edges that talk to the API server and the
+//! network and execute its plans.
 
-pub mod api;
+pub use browser_controller_core::{api, config, duration, lifecycle, names, pod, prepull};
+
+pub mod cached;
 pub mod cli;
 pub mod commands;
-pub mod config;
 pub mod controller;
-pub mod duration;
 pub mod leader;
-pub mod lifecycle;
 pub mod link;
 pub mod logging;
 pub mod manifest;
 pub mod metrics;
 pub mod operator;
 pub mod permissions;
-pub mod pod;
-pub mod prepull;
 pub mod server;

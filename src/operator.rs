@@ -14,7 +14,6 @@ use kube::runtime::events::{Recorder, Reporter};
 use tokio::sync::watch;
 use tracing::{error, info, warn};
 
-use crate::api::error::{self as api_error, describe};
 use crate::api::keys;
 use crate::cli::{ListenAddr, RunArgs};
 use crate::controller::config::Validation;
@@ -24,6 +23,7 @@ use crate::controller::{self, Shared, SharedParts};
 use crate::leader::{Election, LeaderError, LostLease, Role};
 use crate::lifecycle::plan::Settings;
 use crate::link::Link;
+use crate::link::error::{self as api_error, describe};
 use crate::metrics::Metrics;
 use crate::permissions::{self, PermissionError};
 use crate::server::{self, Probes, ServeError};

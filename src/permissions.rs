@@ -13,8 +13,8 @@ use kube::Client;
 use kube::api::{Api, PostParams};
 use kube::core::ApiResource;
 
-use crate::api::error::describe;
 use crate::api::kinds::{self, Kinds};
+use crate::link::error::describe;
 
 /// Group and plural of the Events the operator writes (`kube::runtime::events::Recorder`).
 const EVENTS_GROUP: &str = "events.k8s.io";

@@ -14,9 +14,9 @@ use kube::runtime::reflector::store::Writer;
 use kube::runtime::watcher;
 use serde_json::json;
 
+use browser_controller::cached::CachedBrowser;
 use browser_controller::cli::{Cli, OutputFormat, PolicyArgs, PrePullImageArgs, RenderArgs};
 use browser_controller::commands;
-use browser_controller::controller::cached::CachedBrowser;
 use browser_controller::metrics::{CacheRegistration, Metrics, Stage};
 use browser_controller::prepull::render as prepull;
 

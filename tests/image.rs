@@ -199,7 +199,35 @@ fn dependencies_are_built_in_a_layer_of_their_own() {
                 .split_whitespace()
         })
         .collect();
-    assert_eq!(removed, ["src"], "{placeholders}");
+    // Each workspace member the same way: its manifest with the top one, a placeholder
+    // library, its sources after the dependencies' build.
+    let members: Vec<String> = manifest
+        .lines()
+        .find_map(|l| l.strip_prefix("members = "))
+        .map(|list| {
+            list.trim_matches(['[', ']'])
+                .split(',')
+                .map(|m| m.trim().trim_matches('"').to_string())
+                .filter(|m| !m.is_empty())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(!members.is_empty(), "Cargo.toml names no workspace members");
+    let mut expected_removed = vec!["src".to_string()];
+    for member in &members {
+        let copy_manifest = position(&format!("COPY {member}/Cargo.toml {member}/Cargo.toml"));
+        let copy_sources = position(&format!("COPY {member}/src {member}/src"));
+        assert!(
+            copy_manifest < first_build && first_build < copy_sources,
+            "{member}"
+        );
+        assert!(
+            placeholders.contains(&format!("{member}/src/lib.rs")),
+            "no placeholder library for {member}"
+        );
+        expected_removed.push(format!("{member}/src"));
+    }
+    assert_eq!(removed, expected_removed, "{placeholders}");
 }
 
 #[test]

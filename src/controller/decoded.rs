@@ -127,6 +127,12 @@ pub trait FromIdentity {
     fn from_identity(metadata: ObjectMeta) -> Self;
 }
 
+impl FromIdentity for crate::cached::CachedBrowser {
+    fn from_identity(metadata: ObjectMeta) -> Self {
+        Self::identity_only(metadata)
+    }
+}
+
 impl FromIdentity for DynamicObject {
     fn from_identity(metadata: ObjectMeta) -> Self {
         DynamicObject {

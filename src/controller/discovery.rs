@@ -6,9 +6,9 @@ use kube::Client;
 use kube::core::ApiResource;
 use kube::discovery;
 
-use crate::api::error::describe;
 use crate::api::keys;
 use crate::api::kinds::{Kinds, candidate_groups};
+use crate::link::error::describe;
 
 /// Why the kinds could not be resolved.
 #[derive(Debug, thiserror::Error)]

@@ -11,7 +11,7 @@ use serde_json::Value;
 use tokio::sync::{Mutex, watch};
 use tracing::{info, warn};
 
-use crate::api::error::describe;
+use crate::link::error::describe;
 use crate::pod::schema::{PodSchema, SchemaError};
 
 /// How long one attempt to read the schema may take (the v2 document is megabytes).

@@ -14,6 +14,7 @@
 //! restart of the API server is.
 
 pub mod abort;
+pub mod error;
 pub mod reach;
 pub mod sockets;
 

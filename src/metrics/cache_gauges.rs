@@ -12,8 +12,8 @@ use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet};
 use prometheus_client::metrics::MetricType;
 
 use crate::api::browser::Phase;
+use crate::cached::CachedBrowser;
 use crate::config::lookup;
-use crate::controller::cached::CachedBrowser;
 use crate::prepull::progress;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]

@@ -22,7 +22,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets_range};
 use prometheus_client::registry::Registry;
 
-use crate::controller::cached::CachedBrowser;
+use crate::cached::CachedBrowser;
 pub use cache_gauges::CacheRegistration;
 use cache_gauges::{CacheGauges, Caches, Source};
 

@@ -10,7 +10,7 @@ use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 use browser_controller::api::keys;
-use browser_controller::pod::names;
+use browser_controller::names;
 
 use crate::support::host;
 use crate::support::kinds::config_resource;

@@ -21,10 +21,10 @@ use tracing::debug;
 
 use std::sync::Arc;
 
-use crate::api::error::describe;
 use crate::api::keys;
 use crate::config::report;
 use crate::lifecycle::plan::Event;
+use crate::link::error::describe;
 use crate::metrics::Metrics;
 
 /// Events handed over but not yet queued, at most; more are dropped.

@@ -1,0 +1,1281 @@
+//! The reconcile decision (docs/behaviour.md, "Lifecycle"): from the Browser, its Pod (or its
+//! confirmed absence), the outcome of rendering a pod for it, and the time, decide every write
+//! and when to look again. Nothing here talks to the API; `controller::execute` performs the
+//! returned [`Plan`].
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use jiff::{SignedDuration, Timestamp};
+use kube_core::DynamicObject;
+use serde_json::Value;
+
+use super::plan::{Event, Plan, PodAdoption, PodCreation, PodDelete, Settings};
+use super::reason::Reason;
+use super::status::{self, Failure, StatusBuilder};
+use crate::api::browser::{Browser, Phase, SpecField};
+use crate::api::keys;
+use crate::api::status::BrowserStatus;
+use crate::duration;
+use crate::names;
+
+/// How long to wait before looking at a foreign pod that is terminating again: such pods
+/// carry no label of ours, so no watch event announces their removal.
+const FOREIGN_POD_POLL: Duration = Duration::from_secs(1);
+
+/// Whether the operator's finalizer is on `browser`.
+pub fn holds_finalizer(browser: &DynamicObject) -> bool {
+    browser
+        .metadata
+        .finalizers
+        .as_ref()
+        .is_some_and(|f| f.iter().any(|x| x == keys::FINALIZER))
+}
+
+/// The state a reconcile starts from. `pod: None` means the pod is confirmed absent.
+pub struct Observed<'a> {
+    pub browser: &'a DynamicObject,
+    pub pod: Option<&'a Value>,
+    pub now: Timestamp,
+}
+
+impl Observed<'_> {
+    fn status(&self) -> &Value {
+        self.browser.data.get("status").unwrap_or(&Value::Null)
+    }
+
+    fn phase(&self) -> Option<Phase> {
+        Browser::new(self.browser).phase()
+    }
+
+    fn has_finalizer(&self) -> bool {
+        holds_finalizer(self.browser)
+    }
+
+    fn created(&self) -> Timestamp {
+        self.browser
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map_or(self.now, |t| t.0)
+    }
+
+    fn builder(&self) -> StatusBuilder<'_> {
+        StatusBuilder::new(self.status(), self.now)
+    }
+
+    /// The pod, if it is controlled by this Browser (same UID).
+    fn owned_pod(&self) -> Option<&Value> {
+        let uid = self.browser.metadata.uid.as_deref()?;
+        self.pod.filter(|pod| controller_uid(pod) == Some(uid))
+    }
+
+    /// A pod was created for this Browser before: a second one is never created
+    /// (docs/behaviour.md, "One pod per Browser").
+    fn had_pod(&self) -> bool {
+        let s = self.status();
+        matches!(
+            self.phase(),
+            Some(Phase::Pending | Phase::Running | Phase::Unknown)
+        ) || s.get("podIP").is_some()
+            || s.get("startTime").is_some()
+    }
+
+    /// The operator's labels a pod of this Browser carries; a part whose value would not be
+    /// a valid label value (an invalid spec) is left out.
+    fn pod_labels(&self) -> BTreeMap<String, String> {
+        let mut labels = BTreeMap::from([(keys::LABEL_MANAGED_BY.into(), keys::MANAGER.into())]);
+        if let Some(name) = self.browser.metadata.name.as_deref() {
+            labels.insert(keys::LABEL_BROWSER.into(), names::label_value_for(name));
+        }
+        let fields = Browser::new(self.browser).fields();
+        for (key, field) in [
+            (keys::LABEL_BROWSER_NAME, SpecField::BrowserName),
+            (keys::LABEL_BROWSER_VERSION, SpecField::BrowserVersion),
+        ] {
+            if let Ok(value) = fields.field(field) {
+                labels.insert(key.into(), value.into());
+            }
+        }
+        labels
+    }
+
+    /// The adoption of the pod this Browser controls, when it lacks the operator's labels (pods
+    /// are watched only through the operator's label).
+    fn adoption(&self) -> Option<PodAdoption> {
+        let pod = self.owned_pod()?;
+        let labels = self.pod_labels();
+        let current = pod.pointer("/metadata/labels");
+        let labelled = labels.iter().all(|(k, v)| {
+            current.and_then(|l| l.get(k)).and_then(Value::as_str) == Some(v.as_str())
+        });
+        (!labelled).then(|| PodAdoption {
+            uid: pod_uid(pod),
+            labels,
+        })
+    }
+
+    fn labels_ok(&self, name: &str, version: &str) -> bool {
+        let labels = self.browser.metadata.labels.as_ref();
+        let get = |k: &str| labels.and_then(|l| l.get(k)).map(String::as_str);
+        let browser = self
+            .browser
+            .metadata
+            .name
+            .as_deref()
+            .map(names::label_value_for);
+        get(keys::LABEL_BROWSER) == browser.as_deref()
+            && get(keys::LABEL_BROWSER_NAME) == Some(name)
+            && get(keys::LABEL_BROWSER_VERSION) == Some(version)
+    }
+}
+
+/// The UID of the pod's controller owner reference.
+pub fn controller_uid(pod: &Value) -> Option<&str> {
+    pod.pointer("/metadata/ownerReferences")?
+        .as_array()?
+        .iter()
+        .find(|r| r.get("controller").and_then(Value::as_bool) == Some(true))?
+        .get("uid")?
+        .as_str()
+}
+
+fn is_terminating(object: &Value) -> bool {
+    object.pointer("/metadata/deletionTimestamp").is_some()
+}
+
+fn after(t: Timestamp, d: Duration) -> Timestamp {
+    SignedDuration::try_from(d)
+        .ok()
+        .and_then(|d| t.checked_add(d).ok())
+        .unwrap_or(Timestamp::MAX)
+}
+
+fn pod_uid(pod: &Value) -> String {
+    pod.pointer("/metadata/uid")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Decides one reconcile. `creation` is called only when the Browser needs its pod now.
+pub fn decide(obs: &Observed, settings: &Settings, creation: impl FnOnce() -> PodCreation) -> Plan {
+    if obs.browser.metadata.deletion_timestamp.is_some() {
+        return deleting(obs, settings);
+    }
+    if matches!(obs.phase(), Some(Phase::Failed | Phase::Succeeded)) {
+        return terminal(obs, settings);
+    }
+    let mut plan = Plan::default();
+    let key = match Browser::new(obs.browser).spec() {
+        Ok(key) => key,
+        Err(invalid) => {
+            fail(&mut plan, obs, settings, invalid.into(), Some(0));
+            return plan;
+        }
+    };
+    plan.ensure_metadata = !obs.has_finalizer() || !obs.labels_ok(key.name, key.version);
+
+    if let Some(max) = settings.max_lifetime {
+        let deadline = after(obs.created(), max);
+        if obs.now >= deadline {
+            let failure = Failure::new(
+                Reason::LifetimeExceeded,
+                format!(
+                    "browser exceeded its maximum lifetime of {}",
+                    duration::format(max)
+                ),
+            );
+            fail(&mut plan, obs, settings, failure, None);
+            return plan;
+        }
+        plan.requeue_at(obs.now, deadline);
+    }
+
+    match obs.pod {
+        None if obs.had_pod() => {
+            let failure = Failure::new(
+                Reason::PodLost,
+                "pod disappeared after it was created; a browser pod is never recreated because the session is bound to its IP",
+            );
+            fail(&mut plan, obs, settings, failure, None);
+        }
+        None => match creation() {
+            PodCreation::Render { pod, removed } => {
+                let image = pod
+                    .pointer("/spec/containers/0/image")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string();
+                plan.create_pod = Some(pod);
+                set_status(&mut plan, obs, obs.builder().created());
+                plan.events.push(Event {
+                    warning: false,
+                    reason: Reason::PodCreated.into(),
+                    note: format!("created pod with image {image}"),
+                    action: "CreatePod",
+                });
+                if !removed.is_empty() {
+                    plan.events.push(Event {
+                        warning: true,
+                        reason: Reason::PodFieldsRemoved.into(),
+                        note: format!(
+                            "removed from the pod because the cluster's Pod schema does not declare them: {}",
+                            removed.join(", ")
+                        ),
+                        action: "CreatePod",
+                    });
+                }
+                plan.requeue_at(obs.now, after(obs.now, settings.creation_timeout));
+            }
+            PodCreation::Fail(failure) => fail(&mut plan, obs, settings, failure, None),
+        },
+        Some(pod) if obs.owned_pod().is_none() => foreign_pod(&mut plan, obs, settings, pod),
+        Some(pod) => {
+            plan.adopt_pod = obs.adoption();
+            owned_pod(&mut plan, obs, settings, pod);
+        }
+    }
+    plan.requeue_within(settings.resync);
+    plan
+}
+
+fn foreign_pod(plan: &mut Plan, obs: &Observed, settings: &Settings, pod: &Value) {
+    let name = obs.browser.metadata.name.as_deref().unwrap_or_default();
+    if is_terminating(pod) {
+        let deadline = after(obs.created(), settings.creation_timeout);
+        if obs.now < deadline {
+            plan.requeue_within(FOREIGN_POD_POLL);
+            return;
+        }
+        let failure = Failure::new(
+            Reason::PodCreationTimeout,
+            format!(
+                "pod creation timeout exceeded after {}, pod name {name} is held by a terminating pod this Browser does not control",
+                duration::format(settings.creation_timeout)
+            ),
+        );
+        fail(plan, obs, settings, failure, None);
+        return;
+    }
+    let owner = pod
+        .pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .and_then(|refs| {
+            refs.iter()
+                .find(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
+        })
+        .map(|r| {
+            format!(
+                "{}/{}",
+                r.get("kind").and_then(Value::as_str).unwrap_or("?"),
+                r.get("name").and_then(Value::as_str).unwrap_or("?")
+            )
+        })
+        .unwrap_or_else(|| "none".into());
+    let failure = Failure::new(
+        Reason::PodConflict,
+        format!(
+            "pod {name} already exists and is not controlled by this Browser (controller: {owner}); it is left untouched"
+        ),
+    );
+    fail(plan, obs, settings, failure, None);
+}
+
+fn owned_pod(plan: &mut Plan, obs: &Observed, settings: &Settings, pod: &Value) {
+    if is_terminating(pod) {
+        let failure = Failure::new(
+            Reason::PodDeleted,
+            "pod was deleted while the browser session was alive",
+        );
+        fail(plan, obs, settings, failure, None);
+        return;
+    }
+    match status::pod_phase(pod) {
+        Phase::Failed => fail(plan, obs, settings, status::pod_failure(pod), Some(0)),
+        Phase::Succeeded => {
+            let desired = obs.builder().succeeded(pod);
+            set_status(plan, obs, desired);
+            plan.delete_pod = Some(PodDelete {
+                uid: pod_uid(pod),
+                grace_seconds: None,
+            });
+            plan.events.push(Event {
+                warning: false,
+                reason: Phase::Succeeded.as_str().into(),
+                note: "pod completed; deleting it".into(),
+                action: "DeletePod",
+            });
+        }
+        Phase::Running if status::pod_ip(pod).is_some() => {
+            if let Some(failure) = status::critical_termination(pod) {
+                fail(plan, obs, settings, failure, None);
+                return;
+            }
+            let desired = obs.builder().mirror(pod);
+            if obs.phase() != Some(Phase::Running) {
+                plan.events.push(Event {
+                    warning: false,
+                    reason: Phase::Running.as_str().into(),
+                    note: format!("pod running at {}", status::pod_ip(pod).unwrap_or_default()),
+                    action: "ObservePod",
+                });
+            }
+            set_status(plan, obs, desired);
+        }
+        Phase::Pending | Phase::Running => {
+            if let Some(failure) = status::pending_failure(pod) {
+                fail(plan, obs, settings, failure, Some(0));
+                return;
+            }
+            let started = status::created_at(pod).unwrap_or_else(|| obs.created());
+            let deadline = after(started, settings.creation_timeout);
+            if obs.now >= deadline {
+                let failure = Failure::new(
+                    Reason::PodCreationTimeout,
+                    format!(
+                        "pod creation timeout exceeded after {}, {}",
+                        duration::format(settings.creation_timeout),
+                        status::pending_detail(pod)
+                    ),
+                );
+                fail(plan, obs, settings, failure, Some(0));
+                return;
+            }
+            set_status(plan, obs, obs.builder().mirror(pod));
+            plan.requeue_at(obs.now, deadline);
+        }
+        _ => set_status(plan, obs, obs.builder().mirror(pod)),
+    }
+}
+
+/// docs/behaviour.md, "Cleanup table": write `Failed` with reason and message first, then
+/// delete the pod we control (never a foreign one, never one already terminating).
+fn fail(
+    plan: &mut Plan,
+    obs: &Observed,
+    settings: &Settings,
+    failure: Failure,
+    grace_seconds: Option<i64>,
+) {
+    let pod = obs.owned_pod();
+    let desired = obs.builder().failed(pod, &failure);
+    set_status(plan, obs, desired);
+    if let Some(pod) = pod.filter(|p| !is_terminating(p)) {
+        plan.delete_pod = Some(PodDelete {
+            uid: pod_uid(pod),
+            grace_seconds,
+        });
+    }
+    plan.events.push(Event {
+        warning: true,
+        reason: failure.reason,
+        note: failure.message,
+        action: "Fail",
+    });
+    // The status write wakes the next reconcile; this only covers a lost event.
+    plan.requeue_after = Some(settings.failed_retention.max(Duration::from_secs(1)));
+}
+
+/// The plan after the API rejected a write for good (a pod create refused with 403 or 422, a
+/// write refused again and again): fail the Browser.
+pub fn rejected(obs: &Observed, settings: &Settings, failure: Failure) -> Plan {
+    let mut plan = Plan::default();
+    fail(&mut plan, obs, settings, failure, None);
+    plan
+}
+
+/// The plan when even the Browser's failure cannot be written: force the pod away and delete
+/// the Browser, releasing the finalizer, so that the hub sees the session end.
+pub fn abandoned(obs: &Observed, message: &str) -> Plan {
+    let mut plan = Plan {
+        delete_browser: true,
+        release_finalizer: obs.has_finalizer(),
+        events: vec![Event {
+            warning: true,
+            reason: Reason::WriteRejected.into(),
+            note: format!(
+                "the API server refuses to take this Browser's failure ({message}); deleting the Browser and its pod"
+            ),
+            action: "Delete",
+        }],
+        ..Plan::default()
+    };
+    if let Some(pod) = obs.owned_pod() {
+        plan.delete_pod = Some(PodDelete {
+            uid: pod_uid(pod),
+            grace_seconds: Some(0),
+        });
+    }
+    plan
+}
+
+fn set_status(plan: &mut Plan, obs: &Observed, desired: BrowserStatus) {
+    if status::needs_write(obs.status(), &desired) {
+        plan.status = Some(desired);
+    }
+}
+
+/// A Browser already `Failed` or `Succeeded`: make sure the pod goes, keep the Browser
+/// visible for the retention, then delete it and release the finalizer. A pod still
+/// terminating within its deletion timeout keeps the finalizer: the deletion path waits
+/// for it and forces it after the timeout, so no pod outlives its Browser (a pod on a dead
+/// node would otherwise stay Terminating with nobody to force it).
+fn terminal(obs: &Observed, settings: &Settings) -> Plan {
+    let mut plan = Plan::default();
+    let mut pod_terminating = false;
+    if let Some(pod) = obs.owned_pod() {
+        match status::deletion_requested_at(pod) {
+            None => {
+                plan.delete_pod = Some(PodDelete {
+                    uid: pod_uid(pod),
+                    grace_seconds: Some(0),
+                });
+            }
+            Some(requested) if obs.now >= after(requested, settings.deletion_timeout) => {
+                plan.delete_pod = Some(PodDelete {
+                    uid: pod_uid(pod),
+                    grace_seconds: Some(0),
+                });
+            }
+            // Already terminating within its grace period: the kubelet finishes it.
+            Some(_) => pod_terminating = true,
+        }
+    }
+    let since = status::ready_since(obs.status()).unwrap_or_else(|| obs.created());
+    let keep_until = after(since, settings.failed_retention);
+    if obs.now < keep_until {
+        plan.requeue_at(obs.now, keep_until);
+        return plan;
+    }
+    plan.delete_browser = true;
+    plan.release_finalizer = obs.has_finalizer() && !pod_terminating;
+    plan
+}
+
+/// The Browser is being deleted (docs/behaviour.md, "Cleanup table"): delete the pod with its
+/// grace period, wait for it to go (force after `--browser-pod-deletion-timeout`), then release
+/// the finalizer.
+fn deleting(obs: &Observed, settings: &Settings) -> Plan {
+    let mut plan = Plan::default();
+    if !obs.has_finalizer() {
+        return plan;
+    }
+    let Some(pod) = obs.owned_pod() else {
+        plan.release_finalizer = true;
+        return plan;
+    };
+    // Only a labelled pod's removal is announced by the watch this path waits on.
+    plan.adopt_pod = obs.adoption();
+    match status::deletion_requested_at(pod) {
+        None => {
+            plan.delete_pod = Some(PodDelete {
+                uid: pod_uid(pod),
+                grace_seconds: None,
+            });
+            plan.events.push(Event {
+                warning: false,
+                reason: Reason::DeletingPod.into(),
+                note: "Browser deleted; deleting its pod".into(),
+                action: "DeletePod",
+            });
+            plan.requeue_at(obs.now, after(obs.now, settings.deletion_timeout));
+        }
+        Some(requested) => {
+            let deadline = after(requested, settings.deletion_timeout);
+            if obs.now >= deadline {
+                plan.delete_pod = Some(PodDelete {
+                    uid: pod_uid(pod),
+                    grace_seconds: Some(0),
+                });
+                plan.release_finalizer = true;
+                plan.events.push(Event {
+                    warning: true,
+                    reason: Reason::PodDeletionTimeout.into(),
+                    note: format!(
+                        "pod still terminating {} after its deletion was requested; force-deleted",
+                        duration::format(settings.deletion_timeout)
+                    ),
+                    action: "DeletePod",
+                });
+            } else {
+                plan.requeue_at(obs.now, deadline);
+            }
+        }
+    }
+    plan
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The status a plan writes, as the API server receives it.
+    fn written(status: Option<BrowserStatus>) -> Value {
+        status.expect("the plan writes a status").to_value()
+    }
+    use serde_json::json;
+
+    const UID: &str = "b-uid";
+
+    fn t(s: &str) -> Timestamp {
+        s.parse().unwrap()
+    }
+
+    fn browser(extra_meta: Value, status: Value) -> DynamicObject {
+        let mut meta = json!({
+            "name": "s1", "namespace": "ns", "uid": UID,
+            "creationTimestamp": "2026-11-22T10:00:00Z",
+            "finalizers": [keys::FINALIZER],
+            "labels": {"selenosis.io/browser": "s1", "selenosis.io/browser.name": "chrome", "selenosis.io/browser.version": "139.0"},
+        });
+        for (k, v) in extra_meta.as_object().cloned().unwrap_or_default() {
+            if v.is_null() {
+                meta.as_object_mut().unwrap().remove(&k);
+            } else {
+                meta[k] = v;
+            }
+        }
+        serde_json::from_value(json!({
+            "apiVersion": "selenosis.io/v1", "kind": "Browser",
+            "metadata": meta,
+            "spec": {"browserName": "chrome", "browserVersion": "139.0"},
+            "status": status,
+        }))
+        .unwrap()
+    }
+
+    fn pod(owner_uid: &str, meta: Value, status: Value) -> Value {
+        let mut p = json!({
+            "metadata": {"name": "s1", "uid": "p-uid", "creationTimestamp": "2026-11-22T10:00:01Z",
+                "labels": {"selenosis.io/browser": "s1", "selenosis.io/browser.name": "chrome",
+                    "selenosis.io/browser.version": "139.0", "app.kubernetes.io/managed-by": "browser-controller"},
+                "ownerReferences": [{"kind": "Browser", "name": "s1", "uid": owner_uid, "controller": true}]},
+            "spec": {"nodeName": "n1", "containers": [{"name": "browser", "image": "chrome"}, {"name": "seleniferous", "image": "s"}]},
+            "status": status,
+        });
+        for (k, v) in meta.as_object().cloned().unwrap_or_default() {
+            p["metadata"][k] = v;
+        }
+        p
+    }
+
+    fn rendered() -> PodCreation {
+        PodCreation::Render {
+            pod: json!({"spec": {"containers": [{"name": "browser", "image": "chrome:139"}]}}),
+            removed: Vec::new(),
+        }
+    }
+
+    fn run(b: &DynamicObject, p: Option<&Value>, now: &str, settings: &Settings) -> Plan {
+        decide(
+            &Observed {
+                browser: b,
+                pod: p,
+                now: t(now),
+            },
+            settings,
+            rendered,
+        )
+    }
+
+    fn no_creation() -> PodCreation {
+        panic!("creation must not be asked for")
+    }
+
+    #[test]
+    fn an_abandoned_browser_goes_with_its_pod_forced() {
+        let b = browser(json!({}), json!({"phase": "Pending"}));
+        let p = pod(UID, json!({}), json!({"phase": "Pending"}));
+        let obs = Observed {
+            browser: &b,
+            pod: Some(&p),
+            now: t("2026-11-22T10:00:05Z"),
+        };
+        let plan = abandoned(&obs, "limit is 3145728");
+        assert!(plan.delete_browser && plan.release_finalizer);
+        assert_eq!(
+            plan.delete_pod,
+            Some(PodDelete {
+                uid: "p-uid".into(),
+                grace_seconds: Some(0)
+            })
+        );
+        assert!(plan.status.is_none() && plan.create_pod.is_none());
+        assert_eq!(plan.events[0].reason, "WriteRejected");
+        // A foreign pod of the name is left alone.
+        let foreign = pod("other", json!({}), json!({"phase": "Running"}));
+        let obs = Observed {
+            pod: Some(&foreign),
+            ..obs
+        };
+        assert_eq!(abandoned(&obs, "x").delete_pod, None);
+    }
+
+    #[test]
+    fn a_long_name_is_labelled_once_with_its_label_value() {
+        let long = format!("s1-{}", "a".repeat(200));
+        let value = names::label_value_for(&long);
+        let labelled = browser(
+            json!({"name": long, "labels": {"selenosis.io/browser": value,
+                "selenosis.io/browser.name": "chrome", "selenosis.io/browser.version": "139.0"}}),
+            Value::Null,
+        );
+        let plan = run(
+            &labelled,
+            None,
+            "2026-11-22T10:00:00Z",
+            &Settings::default(),
+        );
+        assert!(
+            !plan.ensure_metadata,
+            "labels as applied are taken as right"
+        );
+        assert!(plan.create_pod.is_some());
+        let unlabelled = browser(json!({"name": long, "labels": null}), Value::Null);
+        let plan = run(
+            &unlabelled,
+            None,
+            "2026-11-22T10:00:00Z",
+            &Settings::default(),
+        );
+        assert!(plan.ensure_metadata);
+    }
+
+    #[test]
+    fn new_browser_gets_metadata_pod_and_pending_in_one_reconcile() {
+        let b = browser(json!({"finalizers": null, "labels": null}), Value::Null);
+        let plan = run(&b, None, "2026-11-22T10:00:00Z", &Settings::default());
+        assert!(plan.ensure_metadata);
+        assert!(plan.create_pod.is_some());
+        assert_eq!(written(plan.status.clone())["phase"], "Pending");
+        assert_eq!(plan.events[0].reason, "PodCreated");
+        assert_eq!(plan.events.len(), 1);
+        assert_eq!(plan.requeue_after, Some(Duration::from_secs(300)));
+    }
+
+    #[test]
+    fn fields_removed_from_the_pod_are_reported_with_its_creation_only() {
+        let b = browser(json!({"finalizers": null, "labels": null}), Value::Null);
+        let creation = || PodCreation::Render {
+            pod: json!({"spec": {"containers": [{"name": "browser", "image": "chrome:139"}]}}),
+            removed: vec![
+                "spec.initContainers[seleniferous].restartPolicy".into(),
+                "spec.containers[browser].resources.claims".into(),
+            ],
+        };
+        let observed = Observed {
+            browser: &b,
+            pod: None,
+            now: t("2026-11-22T10:00:00Z"),
+        };
+        let plan = decide(&observed, &Settings::default(), creation);
+        assert!(plan.create_pod.is_some());
+        let warning = &plan.events[1];
+        assert!(warning.warning);
+        assert_eq!(warning.reason, "PodFieldsRemoved");
+        assert_eq!(
+            warning.note,
+            "removed from the pod because the cluster's Pod schema does not declare them: spec.initContainers[seleniferous].restartPolicy, spec.containers[browser].resources.claims"
+        );
+    }
+
+    #[test]
+    fn config_failures_fail_without_a_pod() {
+        let b = browser(json!({}), Value::Null);
+        let plan = decide(
+            &Observed {
+                browser: &b,
+                pod: None,
+                now: t("2026-11-22T10:00:00Z"),
+            },
+            &Settings::default(),
+            || {
+                PodCreation::Fail(Failure::new(
+                    "ConfigNotFound",
+                    "Browser configuration not found",
+                ))
+            },
+        );
+        let s = written(plan.status);
+        assert_eq!(
+            (s["phase"].as_str(), s["reason"].as_str()),
+            (Some("Failed"), Some("ConfigNotFound"))
+        );
+        assert!(plan.create_pod.is_none() && plan.delete_pod.is_none());
+        assert!(plan.events[0].warning);
+    }
+
+    #[test]
+    fn a_lost_pod_is_never_recreated() {
+        let b = browser(json!({}), json!({"phase": "Running", "podIP": "10.0.0.1"}));
+        let plan = decide(
+            &Observed {
+                browser: &b,
+                pod: None,
+                now: t("2026-11-22T10:01:00Z"),
+            },
+            &Settings::default(),
+            no_creation,
+        );
+        assert_eq!(written(plan.status)["reason"], "PodLost");
+        assert!(plan.create_pod.is_none());
+        let b = browser(json!({}), json!({"phase": "Pending"}));
+        let plan = decide(
+            &Observed {
+                browser: &b,
+                pod: None,
+                now: t("2026-11-22T10:01:00Z"),
+            },
+            &Settings::default(),
+            no_creation,
+        );
+        assert_eq!(written(plan.status)["reason"], "PodLost");
+    }
+
+    #[test]
+    fn a_live_foreign_pod_is_a_conflict_and_is_never_touched() {
+        let b = browser(json!({}), Value::Null);
+        let p = pod(
+            "someone-else",
+            json!({}),
+            json!({"phase": "Running", "podIP": "10.0.0.9"}),
+        );
+        let plan = run(&b, Some(&p), "2026-11-22T10:00:01Z", &Settings::default());
+        let s = written(plan.status);
+        assert_eq!(s["reason"], "PodConflict");
+        assert!(s["message"].as_str().unwrap().contains("Browser/s1"));
+        assert!(
+            s.get("podIP").is_none(),
+            "a foreign pod's IP must not be published"
+        );
+        assert_eq!(plan.delete_pod, None);
+    }
+
+    #[test]
+    fn a_terminating_foreign_pod_is_waited_for_within_the_creation_timeout() {
+        let b = browser(json!({}), Value::Null);
+        let p = pod(
+            "someone-else",
+            json!({"deletionTimestamp": "2026-11-22T10:00:30Z"}),
+            json!({}),
+        );
+        let plan = run(&b, Some(&p), "2026-11-22T10:00:01Z", &Settings::default());
+        assert_eq!(plan.status, None);
+        assert_eq!(plan.requeue_after, Some(FOREIGN_POD_POLL));
+        let plan = run(&b, Some(&p), "2026-11-22T10:05:00Z", &Settings::default());
+        assert_eq!(written(plan.status)["reason"], "PodCreationTimeout");
+        assert_eq!(plan.delete_pod, None);
+    }
+
+    #[test]
+    fn running_pod_publishes_ip_and_phase_together() {
+        let b = browser(json!({}), json!({"phase": "Pending"}));
+        let p = pod(
+            UID,
+            json!({}),
+            json!({"phase": "Running", "podIP": "10.0.0.1"}),
+        );
+        let plan = run(&b, Some(&p), "2026-11-22T10:00:05Z", &Settings::default());
+        let s = written(plan.status);
+        assert_eq!(
+            (s["phase"].as_str(), s["podIP"].as_str()),
+            (Some("Running"), Some("10.0.0.1"))
+        );
+        assert_eq!(plan.events[0].reason, "Running");
+        assert_eq!(plan.requeue_after, Some(Settings::default().resync));
+    }
+
+    #[test]
+    fn unchanged_pod_means_no_write() {
+        let p = pod(
+            UID,
+            json!({}),
+            json!({"phase": "Running", "podIP": "10.0.0.1"}),
+        );
+        let first = run(
+            &browser(json!({}), json!({"phase": "Pending"})),
+            Some(&p),
+            "2026-11-22T10:00:05Z",
+            &Settings::default(),
+        );
+        let b = browser(json!({}), written(first.status));
+        let plan = run(&b, Some(&p), "2026-11-22T10:30:00Z", &Settings::default());
+        assert_eq!(plan.status, None);
+        assert!(!plan.ensure_metadata && plan.events.is_empty() && plan.delete_pod.is_none());
+    }
+
+    #[test]
+    fn pending_timeout_force_deletes_with_the_waiting_reason() {
+        let b = browser(json!({}), json!({"phase": "Pending"}));
+        let p = pod(
+            UID,
+            json!({}),
+            json!({"phase": "Pending", "containerStatuses": [
+                {"name": "browser", "state": {"waiting": {"reason": "ContainerCreating"}}, "restartCount": 0}
+            ]}),
+        );
+        let plan = run(&b, Some(&p), "2026-11-22T10:04:00Z", &Settings::default());
+        assert_eq!(plan.status, None);
+        assert_eq!(plan.requeue_after, Some(Duration::from_secs(61)));
+        let plan = run(&b, Some(&p), "2026-11-22T10:05:01Z", &Settings::default());
+        assert_eq!(
+            written(plan.status)["message"],
+            "pod creation timeout exceeded after 5m0s, container browser: ContainerCreating"
+        );
+        assert_eq!(
+            plan.delete_pod,
+            Some(PodDelete {
+                uid: "p-uid".into(),
+                grace_seconds: Some(0)
+            })
+        );
+    }
+
+    #[test]
+    fn pending_container_failures_force_delete() {
+        let b = browser(json!({}), json!({"phase": "Pending"}));
+        let p = pod(
+            UID,
+            json!({}),
+            json!({"phase": "Pending", "containerStatuses": [
+                {"name": "browser", "state": {"waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling image"}}, "restartCount": 0}
+            ]}),
+        );
+        let plan = run(&b, Some(&p), "2026-11-22T10:00:10Z", &Settings::default());
+        assert_eq!(written(plan.status)["reason"], "ImagePullBackOff");
+        assert_eq!(plan.delete_pod.unwrap().grace_seconds, Some(0));
+    }
+
+    #[test]
+    fn pod_failed_phase_uses_the_pod_reason() {
+        let b = browser(json!({}), json!({"phase": "Running", "podIP": "10.0.0.1"}));
+        let p = pod(
+            UID,
+            json!({}),
+            json!({"phase": "Failed", "reason": "Evicted", "message": "The node was low on resource: memory."}),
+        );
+        let plan = run(&b, Some(&p), "2026-11-22T10:10:00Z", &Settings::default());
+        let s = written(plan.status);
+        assert_eq!(s["reason"], "Evicted");
+        assert_eq!(
+            s["message"],
+            "pod has failed with reason: Evicted - The node was low on resource: memory."
+        );
+        assert_eq!(plan.delete_pod.unwrap().grace_seconds, Some(0));
+    }
+
+    #[test]
+    fn session_end_deletes_the_pod_gracefully() {
+        let b = browser(json!({}), json!({"phase": "Running", "podIP": "10.0.0.1"}));
+        let p = pod(
+            UID,
+            json!({}),
+            json!({"phase": "Running", "podIP": "10.0.0.1", "containerStatuses": [
+                {"name": "seleniferous", "state": {"terminated": {"reason": "Completed", "exitCode": 0}}, "restartCount": 0}
+            ]}),
+        );
+        let plan = run(&b, Some(&p), "2026-11-22T10:10:00Z", &Settings::default());
+        let s = written(plan.status);
+        assert_eq!(s["reason"], "ContainerTerminated");
+        assert_eq!(s["podIP"], "10.0.0.1");
+        assert_eq!(plan.delete_pod.unwrap().grace_seconds, None);
+    }
+
+    #[test]
+    fn succeeded_pod_makes_a_succeeded_browser() {
+        let b = browser(json!({}), json!({"phase": "Running", "podIP": "10.0.0.1"}));
+        let p = pod(
+            UID,
+            json!({}),
+            json!({"phase": "Succeeded", "podIP": "10.0.0.1"}),
+        );
+        let plan = run(&b, Some(&p), "2026-11-22T10:10:00Z", &Settings::default());
+        assert_eq!(written(plan.status)["phase"], "Succeeded");
+        assert!(plan.delete_pod.is_some());
+    }
+
+    #[test]
+    fn pod_deleted_under_a_live_browser_fails_it_without_another_delete() {
+        let b = browser(json!({}), json!({"phase": "Running", "podIP": "10.0.0.1"}));
+        let p = pod(
+            UID,
+            json!({"deletionTimestamp": "2026-11-22T10:10:30Z", "deletionGracePeriodSeconds": 30}),
+            json!({"phase": "Running", "podIP": "10.0.0.1"}),
+        );
+        let plan = run(&b, Some(&p), "2026-11-22T10:10:00Z", &Settings::default());
+        assert_eq!(written(plan.status)["reason"], "PodDeleted");
+        assert_eq!(plan.delete_pod, None);
+    }
+
+    #[test]
+    fn failed_browser_is_deleted_after_retention_and_its_pod_forced() {
+        let failed = json!({"phase": "Failed", "reason": "X", "conditions": [
+            {"type": "Ready", "status": "False", "reason": "X", "lastTransitionTime": "2026-11-22T10:00:10Z"}
+        ]});
+        let b = browser(json!({}), failed);
+        let p = pod(UID, json!({}), json!({"phase": "Running"}));
+        let settings = Settings {
+            failed_retention: Duration::from_secs(60),
+            ..Settings::default()
+        };
+        let plan = run(&b, Some(&p), "2026-11-22T10:00:20Z", &settings);
+        assert_eq!(plan.delete_pod.unwrap().grace_seconds, Some(0));
+        assert!(!plan.delete_browser);
+        assert_eq!(plan.requeue_after, Some(Duration::from_secs(50)));
+        let plan = run(&b, None, "2026-11-22T10:01:10Z", &settings);
+        assert!(plan.delete_browser && plan.release_finalizer);
+        assert_eq!(plan.status, None);
+    }
+
+    #[test]
+    fn failed_browser_does_not_cut_a_graceful_pod_deletion_short() {
+        let b = browser(
+            json!({}),
+            json!({"phase": "Failed", "reason": "ContainerTerminated"}),
+        );
+        let p = pod(
+            UID,
+            json!({"deletionTimestamp": "2026-11-22T10:00:40Z", "deletionGracePeriodSeconds": 30}),
+            json!({}),
+        );
+        let plan = run(&b, Some(&p), "2026-11-22T10:00:20Z", &Settings::default());
+        assert_eq!(plan.delete_pod, None);
+        assert!(plan.delete_browser);
+        assert!(
+            !plan.release_finalizer,
+            "the finalizer waits for the terminating pod"
+        );
+
+        // Once deleted, the Browser waits for the pod and forces it after the timeout.
+        let mut deleted = b.clone();
+        deleted.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                "2026-11-22T10:00:21Z".parse().unwrap(),
+            ));
+        let plan = run(
+            &deleted,
+            Some(&p),
+            "2026-11-22T10:00:30Z",
+            &Settings::default(),
+        );
+        assert_eq!(plan.delete_pod, None);
+        assert!(!plan.release_finalizer);
+        let plan = run(
+            &deleted,
+            Some(&p),
+            "2026-11-22T10:06:00Z",
+            &Settings::default(),
+        );
+        assert_eq!(plan.delete_pod.unwrap().grace_seconds, Some(0));
+        assert!(plan.release_finalizer);
+        let plan = run(&deleted, None, "2026-11-22T10:00:35Z", &Settings::default());
+        assert!(plan.release_finalizer);
+    }
+
+    #[test]
+    fn external_delete_waits_for_the_pod_then_releases() {
+        let b = browser(
+            json!({"deletionTimestamp": "2026-11-22T10:01:00Z"}),
+            json!({"phase": "Running"}),
+        );
+        let p = pod(UID, json!({}), json!({"phase": "Running"}));
+        let plan = run(&b, Some(&p), "2026-11-22T10:01:00Z", &Settings::default());
+        assert_eq!(
+            plan.delete_pod,
+            Some(PodDelete {
+                uid: "p-uid".into(),
+                grace_seconds: None
+            })
+        );
+        assert!(!plan.release_finalizer);
+        let p = pod(
+            UID,
+            json!({"deletionTimestamp": "2026-11-22T10:01:30Z", "deletionGracePeriodSeconds": 30}),
+            json!({}),
+        );
+        let plan = run(&b, Some(&p), "2026-11-22T10:01:10Z", &Settings::default());
+        assert_eq!(plan.delete_pod, None);
+        assert!(!plan.release_finalizer);
+        assert_eq!(plan.requeue_after, Some(Duration::from_secs(290)));
+        let plan = run(&b, None, "2026-11-22T10:01:20Z", &Settings::default());
+        assert!(plan.release_finalizer && !plan.delete_browser);
+    }
+
+    #[test]
+    fn stuck_terminating_pod_is_forced_and_the_finalizer_released() {
+        let b = browser(
+            json!({"deletionTimestamp": "2026-11-22T10:01:00Z"}),
+            json!({}),
+        );
+        let p = pod(
+            UID,
+            json!({"deletionTimestamp": "2026-11-22T10:01:30Z", "deletionGracePeriodSeconds": 30}),
+            json!({}),
+        );
+        let plan = run(&b, Some(&p), "2026-11-22T10:06:01Z", &Settings::default());
+        assert_eq!(plan.delete_pod.unwrap().grace_seconds, Some(0));
+        assert!(plan.release_finalizer);
+    }
+
+    #[test]
+    fn deleting_browser_never_touches_a_foreign_pod() {
+        let b = browser(
+            json!({"deletionTimestamp": "2026-11-22T10:01:00Z"}),
+            json!({}),
+        );
+        let p = pod("other", json!({}), json!({}));
+        let plan = run(&b, Some(&p), "2026-11-22T10:01:00Z", &Settings::default());
+        assert_eq!(plan.delete_pod, None);
+        assert!(plan.release_finalizer);
+    }
+
+    #[test]
+    fn lifetime_exceeded_ends_the_session() {
+        let b = browser(json!({}), json!({"phase": "Running", "podIP": "10.0.0.1"}));
+        let p = pod(
+            UID,
+            json!({}),
+            json!({"phase": "Running", "podIP": "10.0.0.1"}),
+        );
+        let settings = Settings {
+            max_lifetime: Some(Duration::from_secs(3600)),
+            ..Settings::default()
+        };
+        let plan = run(&b, Some(&p), "2026-11-22T10:30:00Z", &settings);
+        assert_eq!(plan.requeue_after, Some(Duration::from_secs(1800)));
+        let plan = run(&b, Some(&p), "2026-11-22T11:00:00Z", &settings);
+        let s = written(plan.status);
+        assert_eq!(s["reason"], "LifetimeExceeded");
+        assert_eq!(
+            s["message"],
+            "browser exceeded its maximum lifetime of 1h0m0s"
+        );
+        assert_eq!(plan.delete_pod.unwrap().grace_seconds, None);
+    }
+
+    #[test]
+    fn invalid_spec_fails_before_any_write_to_labels() {
+        let mut b = browser(json!({"finalizers": null}), Value::Null);
+        b.data["spec"]["browserVersion"] = json!("not a label!");
+        let plan = decide(
+            &Observed {
+                browser: &b,
+                pod: None,
+                now: t("2026-11-22T10:00:00Z"),
+            },
+            &Settings::default(),
+            no_creation,
+        );
+        assert!(!plan.ensure_metadata);
+        assert_eq!(written(plan.status)["reason"], "InvalidSpec");
+    }
+
+    /// A Browser and its pod as the Go browser-controller leaves them: finalizer only, status
+    /// from its merge patches (no conditions), a pod without the operator's labels whose
+    /// owner reference names the split group.
+    fn go_era(status: Value) -> (DynamicObject, Value) {
+        let b = browser(json!({"labels": null}), status);
+        let p = pod(
+            UID,
+            json!({"labels": {"app": "browser"}, "ownerReferences": [
+                {"apiVersion": "browser.selenosis.io/v1", "kind": "Browser", "name": "s1", "uid": UID, "controller": true, "blockOwnerDeletion": true}
+            ]}),
+            json!({"phase": "Running", "podIP": "10.0.0.5", "startTime": "2026-11-22T10:00:02Z", "containerStatuses": [
+                {"name": "browser", "state": {"running": {"startedAt": "2026-11-22T10:00:03Z"}}, "restartCount": 0, "image": "chrome"},
+                {"name": "seleniferous", "state": {"running": {"startedAt": "2026-11-22T10:00:03Z"}}, "restartCount": 0, "image": "s"}
+            ]}),
+        );
+        (b, p)
+    }
+
+    fn go_running_status() -> Value {
+        json!({"phase": "Running", "podIP": "10.0.0.5", "startTime": "2026-11-22T10:00:02Z",
+            "containerStatuses": [{"name": "browser", "restartCount": 0, "state": {"running": {"startedAt": "2026-11-22T10:00:03Z"}}}]})
+    }
+
+    #[test]
+    fn a_go_era_pod_is_labelled_never_recreated_and_its_ip_kept() {
+        let (b, p) = go_era(go_running_status());
+        let plan = decide(
+            &Observed {
+                browser: &b,
+                pod: Some(&p),
+                now: t("2026-11-22T10:10:00Z"),
+            },
+            &Settings::default(),
+            no_creation,
+        );
+        let adoption = plan.adopt_pod.expect("the pod is adopted");
+        assert_eq!(adoption.uid, "p-uid");
+        assert_eq!(
+            adoption.labels,
+            BTreeMap::from([
+                (
+                    "app.kubernetes.io/managed-by".to_string(),
+                    "browser-controller".to_string()
+                ),
+                ("selenosis.io/browser".to_string(), "s1".to_string()),
+                (
+                    "selenosis.io/browser.name".to_string(),
+                    "chrome".to_string()
+                ),
+                (
+                    "selenosis.io/browser.version".to_string(),
+                    "139.0".to_string()
+                ),
+            ])
+        );
+        assert!(
+            plan.ensure_metadata,
+            "the Browser gets the operator's labels"
+        );
+        assert!(plan.create_pod.is_none() && plan.delete_pod.is_none());
+        let s = written(plan.status);
+        assert_eq!(
+            (s["phase"].as_str(), s["podIP"].as_str()),
+            (Some("Running"), Some("10.0.0.5"))
+        );
+        assert_eq!(s["conditions"][0]["status"], "True");
+    }
+
+    #[test]
+    fn a_labelled_pod_is_not_adopted_again() {
+        let b = browser(json!({}), json!({"phase": "Running", "podIP": "10.0.0.1"}));
+        let p = pod(
+            UID,
+            json!({}),
+            json!({"phase": "Running", "podIP": "10.0.0.1"}),
+        );
+        let plan = run(&b, Some(&p), "2026-11-22T10:10:00Z", &Settings::default());
+        assert_eq!(plan.adopt_pod, None);
+    }
+
+    #[test]
+    fn a_foreign_pod_without_labels_is_never_adopted() {
+        let b = browser(json!({}), Value::Null);
+        let p = pod("someone-else", json!({"labels": null}), json!({}));
+        let plan = run(&b, Some(&p), "2026-11-22T10:00:01Z", &Settings::default());
+        assert_eq!(plan.adopt_pod, None);
+        assert_eq!(written(plan.status)["reason"], "PodConflict");
+    }
+
+    #[test]
+    fn a_go_era_session_end_fails_the_browser_and_deletes_its_pod() {
+        let (b, mut p) = go_era(go_running_status());
+        p["status"]["containerStatuses"][1]["state"] =
+            json!({"terminated": {"reason": "Completed", "exitCode": 0}});
+        let plan = run(&b, Some(&p), "2026-11-22T10:10:00Z", &Settings::default());
+        let s = written(plan.status);
+        assert_eq!(s["reason"], "ContainerTerminated");
+        assert_eq!(s["podIP"], "10.0.0.5");
+        assert_eq!(plan.delete_pod.unwrap().uid, "p-uid");
+    }
+
+    #[test]
+    fn a_deleted_go_era_browser_labels_its_pod_so_the_watch_sees_it_go() {
+        let (mut b, p) = go_era(go_running_status());
+        b.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            t("2026-11-22T10:05:00Z"),
+        ));
+        let plan = run(&b, Some(&p), "2026-11-22T10:05:00Z", &Settings::default());
+        assert_eq!(plan.adopt_pod.unwrap().uid, "p-uid");
+        assert_eq!(plan.delete_pod.unwrap().grace_seconds, None);
+        assert!(!plan.release_finalizer);
+    }
+
+    #[test]
+    fn a_failed_go_era_browser_is_completed_without_adoption() {
+        let mut status = go_running_status();
+        status["phase"] = json!("Failed");
+        status["reason"] = json!("ContainerTerminated");
+        let (b, p) = go_era(status);
+        let plan = run(&b, Some(&p), "2026-11-22T10:05:00Z", &Settings::default());
+        assert_eq!(plan.adopt_pod, None);
+        assert_eq!(plan.delete_pod.unwrap().grace_seconds, Some(0));
+        assert!(plan.delete_browser && plan.release_finalizer);
+    }
+
+    #[test]
+    fn a_status_field_left_by_another_manager_does_not_cause_a_write() {
+        let mut current = go_running_status();
+        let (b, p) = go_era(current.clone());
+        let first = run(&b, Some(&p), "2026-11-22T10:10:00Z", &Settings::default());
+        // After our apply the other manager's `message` stays; the rest is ours.
+        current = written(first.status);
+        current["message"] = json!("pod is running");
+        let b = browser(json!({}), current);
+        let mut p = p;
+        p["metadata"]["labels"] = json!({"selenosis.io/browser": "s1", "selenosis.io/browser.name": "chrome",
+            "selenosis.io/browser.version": "139.0", "app.kubernetes.io/managed-by": "browser-controller"});
+        let plan = run(&b, Some(&p), "2026-11-22T10:20:00Z", &Settings::default());
+        assert_eq!(
+            plan,
+            Plan {
+                requeue_after: Some(Settings::default().resync),
+                ..Plan::default()
+            }
+        );
+    }
+
+    fn invalid_spec_message(spec: Value) -> String {
+        let mut b = browser(json!({}), Value::Null);
+        b.data["spec"] = spec;
+        let plan = decide(
+            &Observed {
+                browser: &b,
+                pod: None,
+                now: t("2026-11-22T10:00:00Z"),
+            },
+            &Settings::default(),
+            no_creation,
+        );
+        let s = written(plan.status);
+        assert_eq!(s["reason"], "InvalidSpec");
+        s["message"].as_str().unwrap().to_string()
+    }
+
+    #[test]
+    fn specs_from_other_clients_fail_naming_the_field_and_the_problem() {
+        assert_eq!(
+            invalid_spec_message(json!({"browserName": "chrome", "browserVersion": 120})),
+            "invalid Browser spec: spec.browserVersion must be a string, got the number 120; quote it (\"120\") so it is read exactly as written"
+        );
+        assert_eq!(
+            invalid_spec_message(json!({"browserName": null, "browserVersion": true})),
+            "invalid Browser spec: spec.browserName is missing; spec.browserVersion must be a string, got a boolean"
+        );
+        assert_eq!(
+            invalid_spec_message(Value::Null),
+            "invalid Browser spec: spec.browserName is missing; spec.browserVersion is missing"
+        );
+        assert_eq!(
+            invalid_spec_message(json!({"browserName": {}, "browserVersion": ""})),
+            "invalid Browser spec: spec.browserName must be a string, got an object; spec.browserVersion is empty"
+        );
+        assert!(
+            invalid_spec_message(json!({"browserName": "chrome", "browserVersion": "1 2"}))
+                .starts_with(
+                    "invalid Browser spec: spec.browserVersion \"1 2\" is not a valid label value: "
+                )
+        );
+    }
+
+    #[test]
+    fn unknown_fields_and_missing_optional_fields_are_ignored() {
+        let mut b = browser(
+            json!({"labels": null, "annotations": null, "finalizers": null}),
+            json!({"phase": "Pending", "futureField": {"x": 1}}),
+        );
+        b.data["spec"]["futureSpecField"] = json!([1, 2]);
+        b.data["extraTopLevel"] = json!("x");
+        let p = pod(
+            UID,
+            json!({}),
+            json!({"phase": "Running", "podIP": "10.0.0.1", "newPodField": true}),
+        );
+        let plan = run(&b, Some(&p), "2026-11-22T10:00:05Z", &Settings::default());
+        assert!(plan.ensure_metadata);
+        assert_eq!(written(plan.status)["phase"], "Running");
+    }
+}

@@ -1,0 +1,12 @@
+//! The Browser lifecycle (docs/behaviour.md, "Lifecycle"): status derivation, the reconcile
+//! decision, what follows the API server's answers to its writes and what a rejected write
+//! means, all pure; the binary crate's executor performs a decided plan against the API.
+
+pub mod answers;
+pub mod decide;
+pub mod desired;
+pub mod milestones;
+pub mod plan;
+pub mod reason;
+pub mod rejection;
+pub mod status;

@@ -1,0 +1,431 @@
+//! What the watch caches hold of Browsers and pods: the metadata, spec and status decisions
+//! read, as compact JSON text, with only what identifies the object (name, namespace, uid,
+//! resourceVersion) and the few fields that triggers and gauges read kept apart. A
+//! `serde_json::Value` tree, or a typed map of labels, costs several times its JSON text, and
+//! thousands of cached Browsers with their pods are most of the operator's memory; a reconcile
+//! turns the one Browser and pod it needs back into objects.
+//!
+//! Pods are cut down while they are read off the wire to what decisions, the Browser status
+//! and the startup metrics read: container names and ports, the restart policies of init
+//! containers and the node of the spec; of the status the phase, IP, start time, reason,
+//! message, the `PodScheduled` condition and each container's name, state, image and restart
+//! count. What kubelets add (image and container IDs, last states, resources, host IPs …),
+//! env, volumes, annotations and managedFields never enter the cache.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+use kube::api::{DynamicObject, TypeMeta};
+use kube::core::{ApiResource, DynamicResourceScope, Resource};
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::{Value, json};
+
+use crate::api::browser::{BrowserSpec, SpecField, StatusView};
+
+/// The metadata the operator reads, as it comes over the wire (everything else is skipped
+/// without being built).
+#[derive(Deserialize, Serialize, Default)]
+#[serde(rename_all = "camelCase", default)]
+struct Meta {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    namespace: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    uid: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    resource_version: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    creation_timestamp: Option<Time>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    deletion_timestamp: Option<Time>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    deletion_grace_period_seconds: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    labels: Option<BTreeMap<String, String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    annotations: Option<BTreeMap<String, String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    finalizers: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    owner_references: Option<Vec<OwnerReference>>,
+}
+
+/// Annotations no decision and no pod reads (`kubectl apply` keeps a whole copy of the object
+/// in one of them).
+const SKIPPED_ANNOTATIONS: &str = "kubectl.kubernetes.io/";
+
+impl Meta {
+    /// Keeps only the annotations something reads (`annotations: false`: none).
+    fn keep_annotations(&mut self, annotations: bool) {
+        self.annotations = self
+            .annotations
+            .take()
+            .filter(|_| annotations)
+            .map(|a| {
+                a.into_iter()
+                    .filter(|(k, _)| !k.starts_with(SKIPPED_ANNOTATIONS))
+                    .collect::<BTreeMap<_, _>>()
+            })
+            .filter(|a| !a.is_empty());
+    }
+
+    /// What identifies the object, for the cache's keys and the `Resource` trait.
+    fn identity(&self) -> ObjectMeta {
+        ObjectMeta {
+            name: self.name.clone(),
+            namespace: self.namespace.clone(),
+            uid: self.uid.clone(),
+            resource_version: self.resource_version.clone(),
+            ..ObjectMeta::default()
+        }
+    }
+}
+
+/// The JSON text of the object's metadata, spec and status (those present).
+fn text(meta: &Meta, spec: &impl Serialize, status: &impl Serialize) -> Box<str> {
+    let mut object = json!({"metadata": meta, "spec": spec, "status": status});
+    if let Some(fields) = object.as_object_mut() {
+        fields.retain(|_, v| !v.is_null());
+    }
+    object.to_string().into_boxed_str()
+}
+
+/// The object as decisions take it, from its text.
+fn object(text: &str, ar: &ApiResource) -> DynamicObject {
+    // Written by `text` from serializable values: it parses.
+    let mut object: DynamicObject = serde_json::from_str(text).unwrap_or_else(|_| DynamicObject {
+        types: None,
+        metadata: ObjectMeta::default(),
+        data: json!({}),
+    });
+    object.types = Some(TypeMeta {
+        api_version: ar.api_version.clone(),
+        kind: ar.kind.clone(),
+    });
+    object
+}
+
+macro_rules! dynamic_resource {
+    ($type:ty) => {
+        impl Resource for $type {
+            type DynamicType = ApiResource;
+            type Scope = DynamicResourceScope;
+
+            fn group(dt: &ApiResource) -> Cow<'_, str> {
+                dt.group.as_str().into()
+            }
+
+            fn version(dt: &ApiResource) -> Cow<'_, str> {
+                dt.version.as_str().into()
+            }
+
+            fn kind(dt: &ApiResource) -> Cow<'_, str> {
+                dt.kind.as_str().into()
+            }
+
+            fn api_version(dt: &ApiResource) -> Cow<'_, str> {
+                dt.api_version.as_str().into()
+            }
+
+            fn plural(dt: &ApiResource) -> Cow<'_, str> {
+                dt.plural.as_str().into()
+            }
+
+            fn meta(&self) -> &ObjectMeta {
+                &self.metadata
+            }
+
+            fn meta_mut(&mut self) -> &mut ObjectMeta {
+                &mut self.metadata
+            }
+        }
+    };
+}
+
+/// A cached Browser: what identifies it, its metadata, spec and status (as JSON text), and the
+/// few fields the gauges and triggers read of them.
+#[derive(Clone, Debug)]
+pub struct CachedBrowser {
+    /// Name, namespace, uid and resourceVersion only; the rest is in `text`.
+    pub metadata: ObjectMeta,
+    /// `{"metadata": …, "spec": …, "status": …}`
+    text: Box<str>,
+    browser_name: Option<Box<str>>,
+    browser_version: Option<Box<str>>,
+    phase: Option<Box<str>>,
+    deleting: bool,
+}
+
+dynamic_resource!(CachedBrowser);
+
+impl<'de> Deserialize<'de> for CachedBrowser {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Wire {
+            #[serde(default)]
+            metadata: Meta,
+            #[serde(default)]
+            spec: Value,
+            #[serde(default)]
+            status: Value,
+        }
+        let mut wire = Wire::deserialize(deserializer)?;
+        wire.metadata.keep_annotations(true);
+        let spec = BrowserSpec::new(&wire.spec);
+        let valid = |f| spec.field(f).ok().map(Box::from);
+        Ok(CachedBrowser {
+            browser_name: valid(SpecField::BrowserName),
+            browser_version: valid(SpecField::BrowserVersion),
+            phase: StatusView::new(&wire.status)
+                .phase_as_written()
+                .map(Box::from),
+            deleting: wire.metadata.deletion_timestamp.is_some(),
+            text: text(&wire.metadata, &wire.spec, &wire.status),
+            metadata: wire.metadata.identity(),
+        })
+    }
+}
+
+impl CachedBrowser {
+    /// A Browser known by its identity alone: one the client could not decode.
+    pub fn identity_only(metadata: ObjectMeta) -> Self {
+        CachedBrowser {
+            text: "{}".into(),
+            browser_name: None,
+            browser_version: None,
+            phase: None,
+            deleting: false,
+            metadata,
+        }
+    }
+}
+
+impl CachedBrowser {
+    /// The Browser as decisions take it.
+    pub fn to_object(&self, ar: &ApiResource) -> DynamicObject {
+        object(&self.text, ar)
+    }
+
+    /// Whether the Browser is being deleted.
+    pub fn deleting(&self) -> bool {
+        self.deleting
+    }
+
+    /// `spec.browserName`, when it is valid (a label value, as the CRD requires).
+    pub fn browser_name(&self) -> Option<&str> {
+        self.browser_name.as_deref()
+    }
+
+    /// `spec.browserVersion`, when it is valid (a label value, as the CRD requires).
+    pub fn browser_version(&self) -> Option<&str> {
+        self.browser_version.as_deref()
+    }
+
+    /// `status.phase`, when it is a string.
+    pub fn phase(&self) -> Option<&str> {
+        self.phase.as_deref()
+    }
+}
+
+/// A cached pod: what identifies it, its metadata (no annotations) and what decisions read of
+/// its spec and status, as JSON text.
+#[derive(Clone, Debug)]
+pub struct CachedPod {
+    /// Name, namespace, uid and resourceVersion only; the rest is in `text`.
+    pub metadata: ObjectMeta,
+    /// `{"metadata": …, "spec": …, "status": …}`, cut down.
+    text: Box<str>,
+}
+
+dynamic_resource!(CachedPod);
+
+#[derive(Deserialize, Serialize, Default)]
+#[serde(rename_all = "camelCase", default)]
+struct Spec {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    containers: Option<Vec<Container>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    init_containers: Option<Vec<InitContainer>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    node_name: Option<Value>,
+}
+
+#[derive(Deserialize, Serialize, Default)]
+#[serde(default)]
+struct Container {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    name: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ports: Option<Value>,
+}
+
+#[derive(Deserialize, Serialize, Default)]
+#[serde(rename_all = "camelCase", default)]
+struct InitContainer {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    name: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    restart_policy: Option<Value>,
+}
+
+#[derive(Deserialize, Serialize, Default)]
+#[serde(rename_all = "camelCase", default)]
+struct Status {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    phase: Option<Value>,
+    #[serde(rename = "podIP", skip_serializing_if = "Option::is_none")]
+    pod_ip: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    start_time: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    conditions: Option<Vec<Condition>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    container_statuses: Option<Vec<ContainerStatus>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    init_container_statuses: Option<Vec<ContainerStatus>>,
+}
+
+#[derive(Deserialize, Serialize, Default)]
+#[serde(rename_all = "camelCase", default)]
+struct Condition {
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    type_: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    last_transition_time: Option<Value>,
+}
+
+#[derive(Deserialize, Serialize, Default)]
+#[serde(rename_all = "camelCase", default)]
+struct ContainerStatus {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    name: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    state: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    image: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    restart_count: Option<Value>,
+}
+
+/// The only pod condition anything reads: why a pod is unschedulable, and when it was
+/// scheduled (startup metrics). A kubelet reports four more.
+const KEPT_CONDITION: &str = "PodScheduled";
+
+impl<'de> Deserialize<'de> for CachedPod {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Wire {
+            #[serde(default)]
+            metadata: Meta,
+            spec: Option<Spec>,
+            status: Option<Status>,
+        }
+        let mut wire = Wire::deserialize(deserializer)?;
+        if let Some(conditions) = wire.status.as_mut().and_then(|s| s.conditions.as_mut()) {
+            conditions.retain(|c| c.type_.as_ref().and_then(Value::as_str) == Some(KEPT_CONDITION));
+        }
+        wire.metadata.keep_annotations(false);
+        Ok(CachedPod {
+            text: text(&wire.metadata, &wire.spec, &wire.status),
+            metadata: wire.metadata.identity(),
+        })
+    }
+}
+
+impl CachedPod {
+    /// The pod as decisions take it.
+    pub fn to_object(&self, ar: &ApiResource) -> DynamicObject {
+        object(&self.text, ar)
+    }
+
+    /// The name of the Browser the pod belongs to: a Browser's pod has its name (its label
+    /// may hold a shortened form of a long name).
+    pub fn browser(&self) -> Option<&str> {
+        self.metadata.name.as_deref()
+    }
+}
+
+/// An object of the API as the cache holds it, from a full object (what a write or a read
+/// returned).
+pub fn cached<K: for<'de> Deserialize<'de>>(
+    object: &DynamicObject,
+) -> Result<K, serde_json::Error> {
+    serde_json::to_value(object).and_then(serde_json::from_value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod_resource() -> ApiResource {
+        ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&())
+    }
+
+    #[test]
+    fn a_browser_keeps_its_metadata_spec_and_status_but_not_kubectl_annotations() {
+        let browser: CachedBrowser = serde_json::from_value(json!({
+            "apiVersion": "selenosis.io/v1", "kind": "Browser",
+            "metadata": {"name": "s1", "namespace": "ns", "uid": "u", "resourceVersion": "7",
+                "labels": {"a": "b"}, "finalizers": ["f"],
+                "annotations": {"selenosis.io/options": "{}", "kubectl.kubernetes.io/last-applied-configuration": "{…}"},
+                "managedFields": [{"manager": "m", "fieldsV1": {"f:spec": {}}}]},
+            "spec": {"browserName": "chrome", "browserVersion": "139.0"},
+            "status": {"phase": "Running", "podIP": "10.0.0.1"},
+        }))
+        .unwrap();
+        assert_eq!(browser.browser_name(), Some("chrome"));
+        assert_eq!(browser.browser_version(), Some("139.0"));
+        assert_eq!(browser.phase(), Some("Running"));
+        let ar = ApiResource {
+            group: "selenosis.io".into(),
+            version: "v1".into(),
+            api_version: "selenosis.io/v1".into(),
+            kind: "Browser".into(),
+            plural: "browsers".into(),
+        };
+        let object = serde_json::to_value(browser.to_object(&ar)).unwrap();
+        assert_eq!(
+            object,
+            json!({
+                "apiVersion": "selenosis.io/v1", "kind": "Browser",
+                "metadata": {"name": "s1", "namespace": "ns", "uid": "u", "resourceVersion": "7",
+                    "labels": {"a": "b"}, "finalizers": ["f"], "annotations": {"selenosis.io/options": "{}"}},
+                "spec": {"browserName": "chrome", "browserVersion": "139.0"},
+                "status": {"phase": "Running", "podIP": "10.0.0.1"},
+            })
+        );
+    }
+
+    #[test]
+    fn a_numeric_version_is_not_taken_for_a_string() {
+        let browser: CachedBrowser = serde_json::from_value(json!({
+            "metadata": {"name": "s1"}, "spec": {"browserName": "chrome", "browserVersion": 139.0},
+        }))
+        .unwrap();
+        assert_eq!(browser.browser_version(), None);
+        assert_eq!(browser.phase(), None);
+    }
+
+    #[test]
+    fn a_pod_without_spec_or_status_stays_without() {
+        let pod: CachedPod =
+            serde_json::from_value(json!({"metadata": {"name": "p", "uid": "u"}})).unwrap();
+        let object = serde_json::to_value(pod.to_object(&pod_resource())).unwrap();
+        assert_eq!(
+            object,
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "uid": "u"}})
+        );
+    }
+}

@@ -1,0 +1,368 @@
+//! The Browser controller of one scope: its watches, stores, triggers and concurrency, the
+//! kube-runtime pipeline that feeds one reconcile (`reconcile`) and runs its plans
+//! (`execute`); which Browser an event concerns (`triggers`) and read-your-writes
+//! (`fresher`).
+//!
+//! Per watched scope (all namespaces, or each `--namespace`) one Controller runs over:
+//! a Browser reflector (the trigger), a Pod reflector selected by the operator's label,
+//! and a BrowserConfig reflector whose readiness gates reconciles. `managedFields` are
+//! stripped before objects enter a store; pods are cut down to what decisions read.
+//! Every completed list (the first, and each relist after a watch expired or failed)
+//! reconciles every Browser of the scope once the list is in the cache.
+
+mod execute;
+mod fresher;
+mod reconcile;
+mod triggers;
+
+use std::collections::HashMap;
+use std::future::ready;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::{Future, StreamExt};
+use kube::api::{Api, DynamicObject};
+use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::reflector::{Store, store::Writer};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Resource, ResourceExt};
+use tracing::{debug, info, warn};
+
+use super::Shared;
+use super::decoded::{self, Decoded, FromIdentity, Undecodable};
+use super::scope::scoped_api;
+use super::watch::{self, WatchHealth};
+use crate::api::keys;
+use crate::cached::{CachedBrowser, CachedPod};
+use crate::lifecycle::rejection::{self, Write};
+use crate::link::error::describe;
+use execute::ExecuteError;
+use fresher::Fresher;
+
+/// Why a reconcile failed; it is retried with per-object exponential backoff.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    #[error(transparent)]
+    Execute(#[from] ExecuteError),
+    #[error("reading pod {name}: {}", describe(.source))]
+    ReadPod {
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("the {0} cache was closed")]
+    StoreClosed(&'static str),
+    #[error("cannot read the pod as JSON: {0}")]
+    Serialize(#[source] serde_json::Error),
+    /// The pod was rejected for a field the cluster does not know, and the cluster's Pod
+    /// schema has changed since the pod was pruned: the next attempt prunes anew.
+    #[error(
+        "the cluster rejected the pod for fields its schema lacks; retrying with its new schema: {0}"
+    )]
+    StaleSchema(String),
+    /// Every decision of the reconcile was overtaken by what its writes found (a pod
+    /// appearing and vanishing again, say); the next attempt starts afresh.
+    #[error("the decision did not settle within one reconcile; retrying")]
+    Unsettled,
+}
+
+impl ReconcileError {
+    /// The write and the API server's answer, when the error is a refusal no rule knows
+    /// (`rejection::is_refusal`).
+    fn refusal(&self) -> Option<(Write, &kube::core::Status)> {
+        match self {
+            ReconcileError::Execute(ExecuteError::Api {
+                write,
+                source: kube::Error::Api(status),
+            }) if rejection::is_refusal(status.code) => Some((*write, status)),
+            _ => None,
+        }
+    }
+
+    fn kind(&self) -> &'static str {
+        match self {
+            ReconcileError::Execute(_) => "write",
+            ReconcileError::ReadPod { .. } => "read",
+            ReconcileError::StoreClosed(_) => "store",
+            ReconcileError::Serialize(_) => "serialize",
+            ReconcileError::StaleSchema(_) => "schema",
+            ReconcileError::Unsettled => "unsettled",
+        }
+    }
+}
+
+/// The longest wait before a failed reconcile is retried. Short enough that Browsers do not
+/// wait long after an API outage that broke no watch (a relist retries them all at once).
+const RETRY_MAX: Duration = Duration::from_secs(30);
+
+/// The wait before a write refused for a reason no rule knows is tried again.
+const REFUSAL_RETRY: Duration = Duration::from_secs(1);
+
+/// One watched scope: all namespaces (`None`) or one namespace.
+pub struct Scope {
+    shared: Arc<Shared>,
+    browsers: Store<CachedBrowser>,
+    pods: Store<CachedPod>,
+    configs: Store<DynamicObject>,
+    pods_health: Arc<WatchHealth>,
+    configs_health: Arc<WatchHealth>,
+    fresher: Arc<Fresher>,
+    failures: Arc<Mutex<HashMap<(String, String), u32>>>,
+    /// Refusals in a row of each Browser's writes (`rejection::after_refusal`). Apart from
+    /// `failures`, which a relist clears: a refusal is counted until a reconcile succeeds.
+    refusals: Mutex<HashMap<(String, String), u32>>,
+}
+
+impl Scope {
+    fn api(&self, resource: &kube::core::ApiResource, ns: &str) -> Api<DynamicObject> {
+        Api::namespaced_with(self.shared.client.clone(), ns, resource)
+    }
+
+    fn backoff(&self, key: (String, String)) -> Duration {
+        let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        let count = failures.entry(key).or_insert(0);
+        *count = count.saturating_add(1);
+        let exp = (*count).min(10);
+        Duration::from_millis(250 * (1u64 << exp)).min(RETRY_MAX)
+    }
+
+    fn succeeded(&self, key: &(String, String)) {
+        self.failures
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(key);
+        self.refusals
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(key);
+    }
+
+    /// Counts a refusal of one of the Browser's writes; returns how many in a row.
+    fn refused(&self, key: &(String, String)) -> u32 {
+        let mut refusals = self.refusals.lock().unwrap_or_else(|e| e.into_inner());
+        let count = refusals.entry(key.clone()).or_insert(0);
+        *count = count.saturating_add(1);
+        *count
+    }
+}
+
+/// Runs the controller of one scope until `shutdown` resolves.
+pub async fn run_scope(
+    shared: Arc<Shared>,
+    namespace: Option<String>,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    let client = &shared.client;
+    let kinds = shared.kinds.clone();
+    let ns = namespace.as_deref();
+    let fresher = Arc::new(Fresher::default());
+    let failures = Arc::new(Mutex::new(HashMap::new()));
+
+    // Each completed list reconciles every Browser of the scope; retries that grew while the
+    // API was away start small again.
+    let (listed_tx, listed_rx) = futures::channel::mpsc::unbounded::<()>();
+    let listed = |failures: Arc<Mutex<HashMap<(String, String), u32>>>| {
+        let tx = listed_tx.clone();
+        move || {
+            failures.lock().unwrap_or_else(|e| e.into_inner()).clear();
+            let _ = tx.unbounded_send(());
+        }
+    };
+
+    let browsers_health = shared.watch_health("browsers");
+    let browser_writer = Writer::<CachedBrowser>::new(kinds.browser.clone());
+    let browser_reader = browser_writer.as_reader();
+    let forget_deleted = {
+        let (fresher, reader) = (fresher.clone(), browser_reader.clone());
+        move |item: &Result<watcher::Event<CachedBrowser>, watcher::Error>| match item {
+            Ok(watcher::Event::Delete(b)) => {
+                if let (Some(ns), Some(name), Some(uid)) = (
+                    b.metadata.namespace.as_deref(),
+                    b.metadata.name.as_deref(),
+                    b.metadata.uid.as_deref(),
+                ) {
+                    fresher.forget(ns, name, uid);
+                }
+            }
+            Ok(watcher::Event::InitDone) => {
+                let kept = reader.state();
+                let present: std::collections::HashSet<(&str, &str)> = kept
+                    .iter()
+                    .filter_map(|b| {
+                        Some((
+                            b.metadata.namespace.as_deref()?,
+                            b.metadata.name.as_deref()?,
+                        ))
+                    })
+                    .collect();
+                fresher.retain(|ns, name| present.contains(&(ns, name)));
+            }
+            _ => {}
+        }
+    };
+    let browsers = decoded::skip_undecodable(
+        watch::watch(
+            scoped_api::<Decoded<CachedBrowser>>(client, ns, &kinds.browser),
+            watch::list_in_pages(watcher::Config::default()),
+            browsers_health.clone(),
+            shared.link.subscribe(),
+        ),
+        undecodable_browsers(shared.clone()),
+    )
+    .reflect(browser_writer)
+    .inspect(forget_deleted)
+    .inspect(watch::observe(browsers_health, listed(failures.clone())));
+    // Echoes of the operator's own writes trigger nothing: they tell it nothing new.
+    let echoes = fresher.clone();
+    let browsers = watch::live_changes(
+        browsers.filter(move |e| ready(!e.as_ref().is_ok_and(|e| echoes.browser_echo(e)))),
+        false,
+    );
+
+    let pods_health = shared.watch_health("pods");
+    let pod_writer = Writer::<CachedPod>::new(kinds.pod.clone());
+    let pod_reader = pod_writer.as_reader();
+    let pods = watch::watch(
+        scoped_api::<CachedPod>(client, ns, &kinds.pod),
+        watch::list_in_pages(watcher::Config::default().labels(&keys::managed_pods_selector())),
+        pods_health.clone(),
+        shared.link.subscribe(),
+    )
+    .inspect(triggers::observe_scheduling(
+        pod_reader.clone(),
+        kinds.pod.clone(),
+        shared.metrics.clone(),
+    ))
+    .reflect(pod_writer)
+    .inspect(watch::observe(
+        pods_health.clone(),
+        listed(failures.clone()),
+    ));
+    let echoes = fresher.clone();
+    let pods = watch::live_changes(
+        pods.filter(move |e| ready(!e.as_ref().is_ok_and(|e| echoes.pod_echo(e)))),
+        true,
+    );
+
+    let configs_health = shared.watch_health("browserconfigs");
+    let config_writer = Writer::<DynamicObject>::new(kinds.browserconfig.clone());
+    let config_reader = config_writer.as_reader();
+    // An undecodable BrowserConfig is reported by the BrowserConfig controller; here it is
+    // only left out.
+    let configs = decoded::skip_undecodable(
+        watch::watch(
+            scoped_api::<Decoded<DynamicObject>>(client, ns, &kinds.browserconfig),
+            watcher::Config::default().any_semantic(),
+            configs_health.clone(),
+            shared.link.subscribe(),
+        ),
+        |_| {},
+    )
+    .modify(triggers::strip_managed_fields)
+    .reflect(config_writer)
+    .inspect(watch::observe(
+        configs_health.clone(),
+        listed(failures.clone()),
+    ));
+    let configs = watch::live_changes(configs, true);
+
+    let scope = Arc::new(Scope {
+        shared: shared.clone(),
+        browsers: browser_reader.clone(),
+        pods: pod_reader,
+        configs: config_reader,
+        pods_health,
+        configs_health,
+        fresher,
+        failures,
+        refusals: Mutex::new(HashMap::new()),
+    });
+
+    let browser_ar = kinds.browser.clone();
+    let pod_mapper_ar = kinds.browser.clone();
+    let waiting_reader = browser_reader.clone();
+    // Held until the scope stops: the `browsers` gauge reads this cache at scrape time.
+    let _gauge_source = shared.metrics.observe_browsers(browser_reader.clone());
+    info!(namespace = ns.unwrap_or("<all>"), "watching Browsers");
+    Controller::for_stream_with(browsers, browser_reader, browser_ar)
+        .watches_stream_with(
+            pods,
+            move |pod| triggers::browser_of_pod(&pod, &pod_mapper_ar),
+            kinds.pod.clone(),
+        )
+        .watches_stream_with(
+            configs,
+            move |config| match config.metadata.namespace.as_deref() {
+                Some(ns) => triggers::waiting_browsers(&waiting_reader, ns, &kinds.browser),
+                None => Vec::new(),
+            },
+            kinds.browserconfig.clone(),
+        )
+        .reconcile_all_on(listed_rx)
+        // Every due reconcile starts at once and waits for a worker in the order it came
+        // (`Shared::workers`): kube-runtime's own bound picks among waiting reconciles in no
+        // particular order, which leaves some Browsers of a burst waiting far longer.
+        .with_config(ControllerConfig::default().concurrency(0))
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile::reconcile, error_policy, scope)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                debug!(error = %e, "controller event");
+            }
+        })
+        .await;
+}
+
+/// Reports a Browser the client cannot decode (the operator never writes such a status, so
+/// another writer put it there): a log line with its name and a Warning Event, once per
+/// resourceVersion. It is left out of the cache, so it is not reconciled.
+fn undecodable_browsers(shared: Arc<Shared>) -> impl FnMut(&Undecodable) + Send {
+    let mut reported = std::collections::HashSet::new();
+    move |undecodable| {
+        let meta = &undecodable.metadata;
+        let key = (meta.uid.clone(), meta.resource_version.clone());
+        if reported.len() > REPORTED_MAX {
+            reported.clear();
+        }
+        if !reported.insert(key) {
+            return;
+        }
+        warn!(
+            namespace = meta.namespace.as_deref().unwrap_or_default(),
+            name = meta.name.as_deref().unwrap_or_default(),
+            error = %undecodable.error,
+            "cannot read this Browser; it is skipped"
+        );
+        let reference =
+            DynamicObject::from_identity(meta.clone()).object_ref(&shared.kinds.browser);
+        shared.events.publish(
+            crate::lifecycle::plan::Event {
+                warning: true,
+                reason: crate::lifecycle::reason::Reason::Undecodable.into(),
+                note: format!(
+                    "the operator cannot read this Browser ({}); it is skipped until it changes",
+                    undecodable.error
+                ),
+                action: "Read",
+            },
+            reference,
+        );
+    }
+}
+
+/// Undecodable objects remembered as reported at most; then the memory starts afresh.
+const REPORTED_MAX: usize = 4096;
+
+fn error_policy(browser: Arc<CachedBrowser>, error: &ReconcileError, scope: Arc<Scope>) -> Action {
+    scope.shared.metrics.reconcile_error(error.kind());
+    let key = (browser.namespace().unwrap_or_default(), browser.name_any());
+    // A refusal will not pass with time: its few tries (`rejection::after_refusal`) come
+    // quickly, so that the Browser fails within seconds.
+    let wait = if error.refusal().is_some() {
+        REFUSAL_RETRY
+    } else {
+        scope.backoff(key)
+    };
+    warn!(namespace = %browser.namespace().unwrap_or_default(), name = %browser.name_any(), error = %error, retry_in = ?wait, "reconcile failed");
+    Action::requeue(wait)
+}

@@ -1,0 +1,607 @@
+//! BrowserConfig validation against the cluster (docs/behaviour.md, "BrowserConfig validation
+//! and status"): whenever a BrowserConfig changes, every entry is validated locally, rendered
+//! and submitted as a server-side dry-run apply so the cluster's own Pod schema judges it; the
+//! verdicts go to the BrowserConfig's status and are kept for Browser reconciles
+//! (`InvalidConfig`). Pods are pruned to the cluster's Pod schema first, as for Browsers, and
+//! the fields that removes are reported. Each generation is dry-run once per process and Pod
+//! schema: never in a loop.
+//!
+//! With `--enable-prepull` the same reconcile brings the config's image pre-pull DaemonSets
+//! to its entries (docs/operations.md, "Image pre-pull") and reports their progress in the
+//! status; DaemonSet changes reconcile their config, and a sweep deletes the DaemonSets of
+//! configs that are gone.
+
+mod prepull;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use jiff::Timestamp;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{EventType, Recorder};
+use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
+use kube::runtime::watcher;
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+use tracing::{Instrument, debug, info_span, warn};
+
+use super::decoded::{self, Decoded, FromIdentity, Undecodable};
+use super::events::ConfigEvents;
+use super::openapi::PodSchemas;
+use super::scope::scoped_api;
+use super::verdicts::{REFUSED_RETRY_MAX, Verdict, Verdicts};
+use super::watch::{self, WatchHealth};
+use crate::api::apply;
+use crate::api::keys;
+use crate::api::kinds::{self, Kinds};
+use crate::config::report::{self, DryRun, Findings};
+use crate::config::{lookup, validate};
+use crate::lifecycle::desired;
+use crate::lifecycle::plan::PodCreation;
+use crate::lifecycle::rejection::{self, Remedy};
+use crate::link::Link;
+use crate::link::error::describe;
+use crate::metrics::Metrics;
+use crate::pod::policy::Policy;
+use crate::pod::schema::PodSchema;
+use crate::prepull::progress;
+use crate::prepull::render::HelperImages;
+use prepull::sync as prepull_sync;
+use prepull::{PREPULL_CACHE_WAIT, PrePull};
+
+/// Version used to render a `"*"` entry for its dry run (a valid label value).
+const SAMPLE_VERSION: &str = "latest";
+
+/// Why validating a BrowserConfig failed; retried later.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("writing BrowserConfig status: {}", describe(.0))]
+    Status(#[source] kube::Error),
+    #[error("dry-run of entry {entry} could not be sent: {}", describe(.source))]
+    DryRun {
+        entry: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error(transparent)]
+    PrePull(#[from] prepull_sync::SyncError),
+}
+
+struct Context {
+    client: Client,
+    events: ConfigEvents,
+    kinds: Kinds,
+    verdicts: Arc<Verdicts>,
+    schemas: Arc<PodSchemas>,
+    metrics: Arc<Metrics>,
+    store: Store<DynamicObject>,
+    /// `None` without `--enable-prepull`.
+    prepull: Option<PrePull>,
+    policy: Policy,
+}
+
+fn synthetic_browser(
+    config: &DynamicObject,
+    kinds: &Kinds,
+    browser: &str,
+    version: &str,
+) -> Option<DynamicObject> {
+    let uid = config.metadata.uid.as_deref().unwrap_or("0000000000");
+    let short: String = uid
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .take(10)
+        .collect();
+    serde_json::from_value(json!({
+        "apiVersion": kinds.browser.api_version,
+        "kind": kinds.browser.kind,
+        "metadata": {
+            "name": format!("browserconfig-dry-run-{}", short.to_lowercase()),
+            "namespace": config.metadata.namespace,
+            "uid": "00000000-0000-0000-0000-000000000000",
+        },
+        "spec": {"browserName": browser, "browserVersion": version},
+    }))
+    .ok()
+}
+
+/// One entry's verdict: rendered for `browser`, pruned to `schema`, dry-run applied; and
+/// whether the cluster rejected the pod for fields its schema lacks.
+async fn dry_run_entry(
+    ctx: &Context,
+    pods: &Api<DynamicObject>,
+    config: &DynamicObject,
+    browser: &DynamicObject,
+    schema: Option<&PodSchema>,
+    entry: String,
+) -> Result<(Verdict, bool), ConfigError> {
+    let (pod, removed) = match desired::pod_for(
+        browser,
+        std::slice::from_ref(config),
+        &ctx.kinds.browser,
+        &ctx.policy,
+        schema,
+        |_, _, _| None,
+    ) {
+        PodCreation::Fail(f) => {
+            let verdict = Verdict {
+                rejection: Some(f.message),
+                ..Verdict::default()
+            };
+            return Ok((verdict, false));
+        }
+        PodCreation::Render { pod, removed } => (pod, removed),
+    };
+    let name = browser.metadata.name.clone().unwrap_or_default();
+    let params = PatchParams::apply(keys::FIELD_MANAGER).force().dry_run();
+    ctx.metrics.write("apply-dry-run", "pods");
+    let (rejection, refusal, unknown_fields) =
+        match pods.patch(&name, &params, &Patch::Apply(&pod)).await {
+            Ok(_) => (None, None, false),
+            Err(kube::Error::Api(s)) => {
+                let rejection = rejection::classify(s.code, &s.message);
+                match rejection.remedy {
+                    // A field the cluster's schema lacks judges the pod itself, whatever the
+                    // code (HTTP 500 before 1.25).
+                    _ if rejection.unknown_fields => (Some(s.message), None, true),
+                    Remedy::Invalid(_) => (Some(s.message), None, false),
+                    // Admission forbade even the dry run (a ResourceQuota of zero pods, a
+                    // policy), or the server refused it for a reason no rule knows (413 …):
+                    // the pod was not judged. Not a failure to send: retrying at once would
+                    // change nothing, so it is tried again with a growing backoff.
+                    Remedy::Forbidden(_) | Remedy::Refused => (None, Some(s.message), false),
+                    Remedy::Retry => {
+                        let source = kube::Error::Api(s);
+                        return Err(ConfigError::DryRun { entry, source });
+                    }
+                }
+            }
+            Err(source) => return Err(ConfigError::DryRun { entry, source }),
+        };
+    let verdict = Verdict {
+        rejection,
+        refusal,
+        removed,
+    };
+    Ok((verdict, unknown_fields))
+}
+
+async fn dry_run_entries(
+    ctx: &Context,
+    config: &DynamicObject,
+    reports: &[validate::EntryReport],
+) -> Result<Vec<DryRun>, ConfigError> {
+    let ns = config.metadata.namespace.as_deref().unwrap_or("default");
+    let pods: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &ctx.kinds.pod);
+    let mut schema = ctx.schemas.current();
+    let mut runs = Vec::new();
+    for report in reports
+        .iter()
+        .filter(|r| r.problems.is_empty() && !r.browser.is_empty())
+    {
+        let version = if report.version == lookup::WILDCARD {
+            SAMPLE_VERSION
+        } else {
+            report.version.as_str()
+        };
+        let Some(browser) = synthetic_browser(config, &ctx.kinds, &report.browser, version) else {
+            continue;
+        };
+        let entry = format!("{} {}", report.browser, report.version);
+        let (mut verdict, unknown_fields) = dry_run_entry(
+            ctx,
+            &pods,
+            config,
+            &browser,
+            schema.as_deref(),
+            entry.clone(),
+        )
+        .await?;
+        // A field the cluster does not know, although the pod was pruned: the schema may be
+        // stale; judge again with a fresh one before calling the entry rejected.
+        if unknown_fields && ctx.schemas.renewed_since(schema.as_deref()).await {
+            schema = ctx.schemas.current();
+            (verdict, _) =
+                dry_run_entry(ctx, &pods, config, &browser, schema.as_deref(), entry).await?;
+        }
+        runs.push(DryRun {
+            browser: report.browser.clone(),
+            version: report.version.clone(),
+            rejection: verdict.rejection,
+            refusal: verdict.refusal,
+            removed: verdict.removed,
+        });
+    }
+    Ok(runs)
+}
+
+async fn reconcile(config: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, ConfigError> {
+    let ns = config.namespace().unwrap_or_default();
+    let name = config.name_any();
+    let uid = config.metadata.uid.clone().unwrap_or_default();
+    let generation = config.metadata.generation.unwrap_or(0);
+    let span = info_span!("validate_config", namespace = %ns, name = %name);
+    async move {
+        // Which DaemonSets exist decides what to apply and delete: the cache must be listed.
+        if let Some(prepull) = &ctx.prepull
+            && tokio::time::timeout(PREPULL_CACHE_WAIT, prepull.health.synced())
+                .await
+                .is_err()
+        {
+            debug!("the pre-pull DaemonSet cache is not listed yet");
+            return Ok(Action::requeue(PREPULL_CACHE_WAIT));
+        }
+        let reports = validate::validate_config(&config);
+        let current = config.data.get("status").cloned().unwrap_or(Value::Null);
+        // Judged against the schema in use at the start; a schema change re-judges anyway.
+        let schema = ctx.schemas.current();
+        let pending =
+            ctx.verdicts
+                .pending_refusal(&uid, generation, schema.as_ref(), Instant::now());
+        let runs = if pending.is_some() || ctx.verdicts.judged(&uid, generation, schema.as_ref()) {
+            None
+        } else {
+            Some(dry_run_entries(&ctx, &config, &reports).await?)
+        };
+        let runs = match (runs, &pending) {
+            (_, Some((refused, _))) => refused.clone(),
+            (Some(runs), None) => {
+                let judged = runs
+                    .iter()
+                    .all(|r| r.refusal.is_none())
+                    .then(|| (generation, schema.as_ref().map(Arc::downgrade)));
+                ctx.verdicts.record(&ns, &name, &uid, judged, &runs);
+                runs
+            }
+            // Already judged: rebuild the verdicts from what was recorded.
+            (None, None) => reports
+                .iter()
+                .map(|r| {
+                    let verdict = ctx.verdicts.verdict(&ns, &name, &r.browser, &r.version);
+                    DryRun {
+                        browser: r.browser.clone(),
+                        version: r.version.clone(),
+                        rejection: verdict.rejection,
+                        refusal: verdict.refusal,
+                        removed: verdict.removed,
+                    }
+                })
+                .collect(),
+        };
+        let problems = report::problems(&reports, &runs);
+        let refusals = report::refusals(&runs);
+        let removed = report::removed_fields(&runs);
+        let same_ns: Vec<Arc<DynamicObject>> = ctx
+            .store
+            .state()
+            .into_iter()
+            .filter(|c| c.metadata.namespace.as_deref() == Some(ns.as_str()))
+            .collect();
+        let conflicts: Vec<lookup::Conflict> = lookup::conflicts(&same_ns)
+            .into_iter()
+            .filter(|c| c.loser == name)
+            .collect();
+        let pre_pull = prepull::pre_pull(
+            ctx.prepull.as_ref(),
+            &ctx.client,
+            &ctx.events,
+            &ctx.metrics,
+            &ctx.kinds.browserconfig.api_version,
+            &config,
+        )
+        .await?;
+        let spec = config.data.get("spec").cloned().unwrap_or(Value::Null);
+        let desired = report::status(
+            &current,
+            &spec,
+            config.metadata.generation,
+            Findings {
+                problems: &problems,
+                refusals: &refusals,
+                removed: &removed,
+                conflicts: &conflicts,
+                pre_pull: pre_pull.as_ref().map(|(finding, _)| finding),
+            },
+            Timestamp::now(),
+        );
+        if desired != current {
+            match apply_status(&ctx, &ns, &name, None, desired).await {
+                Ok(_) => {}
+                // Refused for a reason no rule knows: said once, and not tried again until the
+                // config changes (a retry would be refused alike).
+                Err(kube::Error::Api(status)) if rejection::is_refusal(status.code) => {
+                    let note = format!(
+                        "the API server refused this BrowserConfig's status: {} {}: {}",
+                        status.code, status.reason, status.message
+                    );
+                    warn!(error = %note, "BrowserConfig status refused; not retried until it changes");
+                    ctx.events
+                        .publish(&config, EventType::Warning, report::STATUS_REFUSED, note)
+                        .await;
+                    return Ok(Action::await_change());
+                }
+                Err(error) => return Err(ConfigError::Status(error)),
+            }
+        }
+        let prepull_refused = pre_pull.is_some_and(|(_, refused)| refused);
+        if refusals.is_empty() {
+            // A DaemonSet the cluster refused is tried again later, not at once.
+            return Ok(if prepull_refused {
+                Action::requeue(REFUSED_RETRY_MAX)
+            } else {
+                Action::await_change()
+            });
+        }
+        if let Some((_, left)) = pending {
+            return Ok(Action::requeue(left));
+        }
+        let judged = (generation, schema.as_ref().map(Arc::downgrade));
+        let (wait, first) = ctx
+            .verdicts
+            .refused(&uid, judged, runs.clone(), Instant::now());
+        if first {
+            let note = refusals.join(" | ");
+            warn!(error = %note, retry_in = ?wait, "the cluster refused to validate BrowserConfig entries; their validity is unknown");
+            publish_refusal(&ctx, &config, note).await;
+        } else {
+            debug!(retry_in = ?wait, "the cluster still refuses to validate BrowserConfig entries");
+        }
+        Ok(Action::requeue(wait))
+    }
+    .instrument(span)
+    .await
+}
+
+/// One Warning Event on the BrowserConfig when the cluster starts refusing to judge it.
+async fn publish_refusal(ctx: &Context, config: &DynamicObject, note: String) {
+    ctx.events
+        .publish(config, EventType::Warning, report::VALIDATION_REFUSED, note)
+        .await;
+}
+
+fn error_policy(config: Arc<DynamicObject>, error: &ConfigError, _ctx: Arc<Context>) -> Action {
+    warn!(namespace = %config.namespace().unwrap_or_default(), name = %config.name_any(), error = %error, "BrowserConfig validation failed; retrying");
+    Action::requeue(Duration::from_secs(30))
+}
+
+/// What the validators of every scope share.
+#[derive(Clone)]
+pub struct Validation {
+    pub client: Client,
+    pub kinds: Kinds,
+    pub verdicts: Arc<Verdicts>,
+    pub schemas: Arc<PodSchemas>,
+    pub metrics: Arc<Metrics>,
+    /// Events on BrowserConfigs; rare (a refused validation, pre-pull changes), so
+    /// published inline.
+    pub events: Recorder,
+    /// The helper images of the pre-pull DaemonSets with `--enable-prepull`; `None` without.
+    pub prepull: Option<HelperImages>,
+    /// What the admin lets into pods: entries are rendered under it.
+    pub policy: Policy,
+    /// The link to the API server, whose changes start the watches anew.
+    pub link: Link,
+}
+
+/// Runs the BrowserConfig validator of one scope until `shutdown` resolves.
+pub async fn run_scope(
+    validation: Validation,
+    namespace: Option<String>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let Validation {
+        client,
+        kinds,
+        verdicts,
+        schemas,
+        metrics,
+        events: recorder,
+        prepull: prepull_images,
+        policy,
+        link,
+    } = validation;
+    let api =
+        scoped_api::<Decoded<DynamicObject>>(&client, namespace.as_deref(), &kinds.browserconfig);
+    // Config deletions, DaemonSet lists and changes: DaemonSets of configs that are gone are
+    // swept.
+    let (sweep_tx, sweeps) = futures::channel::mpsc::unbounded::<()>();
+    let config_sweep = sweep_tx.clone();
+    let writer = Writer::<DynamicObject>::new(kinds.browserconfig.clone());
+    let store = writer.as_reader();
+    // Every completed list (a relist after the watch failed too) judges every config again.
+    let (listed_tx, listed) = futures::channel::mpsc::unbounded::<()>();
+    let health = WatchHealth::new("browserconfigs", metrics.clone());
+    let (undecodable_tx, undecodable) = futures::channel::mpsc::unbounded::<Undecodable>();
+    let configs = decoded::skip_undecodable(
+        watch::watch(
+            api,
+            watcher::Config::default().any_semantic(),
+            health.clone(),
+            link.subscribe(),
+        ),
+        move |u: &Undecodable| {
+            let _ = undecodable_tx.unbounded_send(u.clone());
+        },
+    )
+    .reflect(writer)
+    .inspect(watch::observe(health.clone(), move || {
+        let _ = listed_tx.unbounded_send(());
+    }))
+    .inspect(move |event| {
+        if matches!(
+            event,
+            Ok(watcher::Event::Delete(_) | watcher::Event::InitDone)
+        ) {
+            let _ = config_sweep.unbounded_send(());
+        }
+    });
+    let daemon_sets = prepull_images.map(|images| {
+        prepull::daemon_set_watch(
+            &client,
+            namespace.as_deref(),
+            &metrics,
+            &link,
+            images,
+            sweep_tx,
+        )
+    });
+    // Held until the scope stops: the BrowserConfig gauges read this cache at scrape time.
+    let _gauge_source = metrics.observe_configs(store.clone());
+    let (prepull, daemon_set_changes, daemon_sets_listed) = match daemon_sets {
+        Some((prepull, changes, listed)) => (Some(prepull), changes, listed),
+        None => (
+            None,
+            futures::stream::empty().boxed(),
+            futures::stream::empty().boxed(),
+        ),
+    };
+    let _prepull_gauge_source = prepull
+        .as_ref()
+        .map(|p| metrics.observe_prepull(p.store.clone()));
+    let sweeper = prepull.as_ref().map(|p| {
+        prepull::sweep_loop(
+            client.clone(),
+            p.resource.clone(),
+            p.store.clone(),
+            p.health.clone(),
+            store.clone(),
+            health.clone(),
+            metrics.clone(),
+            sweeps,
+        )
+    });
+    let mapper_store = store.clone();
+    let ar = kinds.browserconfig.clone();
+    // Every config is judged again when the cluster's Pod schema changes.
+    let schema_changes = futures::stream::unfold(schemas.subscribe(), |mut rx| async move {
+        rx.changed().await.ok()?;
+        Some(((), rx))
+    });
+    let owner_ar = kinds.browserconfig.clone();
+    let events = ConfigEvents {
+        recorder,
+        resource: kinds.browserconfig.clone(),
+        metrics: metrics.clone(),
+    };
+    let ctx = Arc::new(Context {
+        client,
+        events,
+        kinds: kinds.clone(),
+        verdicts,
+        schemas,
+        metrics,
+        store: store.clone(),
+        prepull,
+        policy,
+    });
+    let report_ctx = ctx.clone();
+    // Conflicts involve other configs of the namespace: any change re-checks them all.
+    let controller =
+        Controller::for_stream_with(futures::stream::empty(), store, kinds.browserconfig.clone())
+            .watches_stream_with(
+                watch::live_changes(configs, true),
+                move |changed| {
+                    let ns = changed.metadata.namespace.clone().unwrap_or_default();
+                    mapper_store
+                        .state()
+                        .into_iter()
+                        .filter(|c| c.metadata.namespace.as_deref() == Some(ns.as_str()))
+                        .filter_map(|c| {
+                            Some(
+                                ObjectRef::new_with(c.metadata.name.as_deref()?, ar.clone())
+                                    .within(&ns),
+                            )
+                        })
+                        .collect::<Vec<_>>()
+                },
+                kinds.browserconfig.clone(),
+            )
+            // A DaemonSet change reconciles the config that controls it.
+            .watches_stream_with(
+                daemon_set_changes,
+                move |ds| {
+                    let ns = ds.metadata.namespace.clone()?;
+                    let (config, _) = progress::owner(&ds)?;
+                    Some(ObjectRef::new_with(config, owner_ar.clone()).within(&ns))
+                },
+                kinds::daemon_sets(),
+            )
+            .reconcile_all_on(futures::stream::select_all([
+                listed.boxed(),
+                schema_changes.boxed(),
+                daemon_sets_listed,
+            ]))
+            .graceful_shutdown_on(shutdown)
+            .run(reconcile, error_policy, ctx)
+            .for_each(|r| async move {
+                if let Err(e) = r {
+                    debug!(error = %e, "BrowserConfig controller event");
+                }
+            });
+    let reports = report_undecodable(report_ctx, undecodable);
+    match sweeper {
+        Some(sweeper) => {
+            futures::future::join3(controller, sweeper, reports).await;
+        }
+        None => {
+            futures::future::join(controller, reports).await;
+        }
+    }
+}
+
+/// Applies `status` to the BrowserConfig `name` (only while it has `uid`, when given). The
+/// answer is read as [`Decoded`]: that of an object too deep to read still decodes.
+async fn apply_status(
+    ctx: &Context,
+    ns: &str,
+    name: &str,
+    uid: Option<&str>,
+    status: Value,
+) -> Result<(), kube::Error> {
+    let api: Api<Decoded<DynamicObject>> =
+        Api::namespaced_with(ctx.client.clone(), ns, &ctx.kinds.browserconfig);
+    let mut body = apply::body(&ctx.kinds.browserconfig, name, uid);
+    body["status"] = status;
+    ctx.metrics.write("apply", "browserconfigs/status");
+    api.patch_status(
+        name,
+        &PatchParams::apply(keys::FIELD_MANAGER).force(),
+        &Patch::Apply(body),
+    )
+    .await
+    .map(|_| ())
+}
+
+/// Reports each BrowserConfig the client cannot decode once per generation: a log line with
+/// its name always, a `Valid: False` condition (reason `Undecodable`) when its status can be
+/// written, else a Warning Event. It stays out of every cache, so no Browser uses its entries
+/// and the other configs are served as before.
+async fn report_undecodable(
+    ctx: Arc<Context>,
+    mut undecodable: futures::channel::mpsc::UnboundedReceiver<Undecodable>,
+) {
+    let mut reported = std::collections::HashSet::new();
+    while let Some(config) = undecodable.next().await {
+        let meta = &config.metadata;
+        let (ns, name) = (
+            meta.namespace.clone().unwrap_or_default(),
+            meta.name.clone().unwrap_or_default(),
+        );
+        if !reported.insert((meta.uid.clone(), meta.generation)) {
+            continue;
+        }
+        warn!(namespace = %ns, name = %name, error = %config.error, "cannot read this BrowserConfig; it is skipped");
+        let message = report::undecodable_message(&config.error);
+        let status = report::undecodable_status(meta.generation, &message, Timestamp::now());
+        if let Err(error) = apply_status(&ctx, &ns, &name, meta.uid.as_deref(), status).await {
+            warn!(namespace = %ns, name = %name, error = %describe(&error), "cannot write the status of the unreadable BrowserConfig; reporting it in an Event");
+            let object = DynamicObject::from_identity(meta.clone());
+            ctx.events
+                .publish(&object, EventType::Warning, report::UNDECODABLE, message)
+                .await;
+        }
+    }
+}
