@@ -26,12 +26,15 @@ COPY .ci/build-static .ci/build-static
 # Dependencies first, from the manifests alone (with placeholder sources for the targets
 # Cargo.toml declares, which cargo wants to exist; those of benches and tests stay): this
 # layer is rebuilt only when Cargo.toml or Cargo.lock change.
+# Every workspace member's manifest is needed to read the workspace; the test kit's sources
+# never are (only the tests use it), so it keeps its placeholder.
 COPY Cargo.toml Cargo.lock ./
 COPY crates/core/Cargo.toml crates/core/Cargo.toml
+COPY crates/testkit/Cargo.toml crates/testkit/Cargo.toml
 ARG TARGETARCH
-RUN mkdir -p src benches tests crates/core/src \
+RUN mkdir -p src benches tests crates/core/src crates/testkit/src \
     && echo 'fn main() {}' > src/main.rs \
-    && touch src/lib.rs crates/core/src/lib.rs \
+    && touch src/lib.rs crates/core/src/lib.rs crates/testkit/src/lib.rs \
     && echo 'fn main() {}' > benches/provision.rs \
     && echo 'fn main() {}' > tests/e2e.rs \
     && .ci/build-static "$TARGETARCH" \

@@ -17,8 +17,7 @@
 //! kube-apiserver and etcd is read per phase when the benchmark started them. See
 //! docs/performance.md.
 
-#[path = "../tests/support/mod.rs"]
-mod support;
+use testkit as support;
 
 #[path = "provision/cluster.rs"]
 mod cluster;

@@ -1,7 +1,7 @@
 //! The API server double and the kubelet simulator, exercised only through `kube::Client`,
 //! kube-runtime and the double's test hooks.
 
-mod support;
+use testkit as support;
 
 use std::time::Duration;
 

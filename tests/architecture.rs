@@ -11,7 +11,11 @@ fn repo() -> PathBuf {
 }
 
 /// The crates' source folders: (folder, crate name).
-const CRATES: [(&str, &str); 2] = [("crates/core/src", "core"), ("src", "binary")];
+const CRATES: [(&str, &str); 3] = [
+    ("crates/core/src", "core"),
+    ("src", "binary"),
+    ("crates/testkit/src", "testkit"),
+];
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).unwrap() {

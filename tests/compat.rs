@@ -2,7 +2,7 @@
 //! Pods the Go browser-controller left behind, objects written by other clients, and both
 //! API-group layouts installed at once.
 
-mod support;
+use testkit as support;
 
 use std::time::Duration;
 
@@ -37,174 +37,171 @@ fn go_patch() -> PatchParams {
     }
 }
 
-impl Env {
-    /// Replaces the installed CRDs with `crds` through the API, as `kubectl replace -f`
-    /// does, leaving the stored objects in place.
-    async fn replace_crds(&self, crds: Vec<Value>) {
-        let ar = ApiResource::erase::<CustomResourceDefinition>(&());
-        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &ar);
-        for crd in crds {
-            let name = crd["metadata"]["name"].as_str().unwrap().to_string();
-            let live = api.get(&name).await.expect("the old CRD is installed");
-            let mut object: DynamicObject = serde_json::from_value(crd).unwrap();
-            object.metadata.resource_version = live.metadata.resource_version;
-            api.replace(&name, &PostParams::default(), &object)
-                .await
-                .expect("the new CRD replaces the old one");
-        }
+/// Replaces the installed CRDs with `crds` through the API, as `kubectl replace -f`
+/// does, leaving the stored objects in place.
+async fn replace_crds(env: &Env, crds: Vec<Value>) {
+    let ar = ApiResource::erase::<CustomResourceDefinition>(&());
+    let api: Api<DynamicObject> = Api::all_with(env.client.clone(), &ar);
+    for crd in crds {
+        let name = crd["metadata"]["name"].as_str().unwrap().to_string();
+        let live = api.get(&name).await.expect("the old CRD is installed");
+        let mut object: DynamicObject = serde_json::from_value(crd).unwrap();
+        object.metadata.resource_version = live.metadata.resource_version;
+        api.replace(&name, &PostParams::default(), &object)
+            .await
+            .expect("the new CRD replaces the old one");
     }
+}
 
-    /// Plays the kubelet of the Go-era node: a pod marked for deletion goes once its
-    /// containers stopped.
-    fn confirm_go_pod_deletions(&self) {
-        let server = self.server.clone();
-        let pods: Api<DynamicObject> =
-            Api::namespaced_with(self.client.clone(), NS, &pod_resource());
-        tokio::spawn(async move {
-            loop {
-                for pod in server.list("pods", NS) {
-                    if pod["spec"]["nodeName"] == GO_NODE
-                        && !pod["metadata"]["deletionTimestamp"].is_null()
-                    {
-                        let params = DeleteParams {
-                            grace_period_seconds: Some(0),
-                            preconditions: Some(Preconditions {
-                                uid: pod["metadata"]["uid"].as_str().map(String::from),
-                                resource_version: None,
-                            }),
-                            ..DeleteParams::default()
-                        };
-                        let name = pod["metadata"]["name"].as_str().unwrap_or_default();
-                        let _ = pods.delete(name, &params).await;
-                    }
+/// Plays the kubelet of the Go-era node: a pod marked for deletion goes once its
+/// containers stopped.
+fn confirm_go_pod_deletions(env: &Env) {
+    let server = env.server.clone();
+    let pods: Api<DynamicObject> = Api::namespaced_with(env.client.clone(), NS, &pod_resource());
+    tokio::spawn(async move {
+        loop {
+            for pod in server.list("pods", NS) {
+                if pod["spec"]["nodeName"] == GO_NODE
+                    && !pod["metadata"]["deletionTimestamp"].is_null()
+                {
+                    let params = DeleteParams {
+                        grace_period_seconds: Some(0),
+                        preconditions: Some(Preconditions {
+                            uid: pod["metadata"]["uid"].as_str().map(String::from),
+                            resource_version: None,
+                        }),
+                        ..DeleteParams::default()
+                    };
+                    let name = pod["metadata"]["name"].as_str().unwrap_or_default();
+                    let _ = pods.delete(name, &params).await;
                 }
-                tokio::time::sleep(Duration::from_millis(10)).await;
             }
-        });
-    }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    });
+}
 
-    /// Pod writes by the operator that would make a pod: a create, or a server-side apply
-    /// under the operator's pod field manager.
-    fn operator_pod_creations(&self) -> usize {
-        self.server
-            .requests()
-            .iter()
-            .filter(|r| r.resource == "pods" && r.subresource.is_none() && !r.dry_run)
-            .filter(|r| r.field_manager.as_deref() != Some(GO_MANAGER))
-            .filter(|r| {
-                r.verb == "create"
-                    || (r.patch_type.as_deref() == Some("apply")
-                        && r.field_manager.as_deref() == Some(keys::FIELD_MANAGER))
-            })
-            .count()
-    }
+/// Pod writes by the operator that would make a pod: a create, or a server-side apply
+/// under the operator's pod field manager.
+fn operator_pod_creations(env: &Env) -> usize {
+    env.server
+        .requests()
+        .iter()
+        .filter(|r| r.resource == "pods" && r.subresource.is_none() && !r.dry_run)
+        .filter(|r| r.field_manager.as_deref() != Some(GO_MANAGER))
+        .filter(|r| {
+            r.verb == "create"
+                || (r.patch_type.as_deref() == Some("apply")
+                    && r.field_manager.as_deref() == Some(keys::FIELD_MANAGER))
+        })
+        .count()
+}
 
-    /// A session as the Go browser-controller leaves it: the Browser with the shared
-    /// finalizer and its status written by merge patches, the pod without the operator's
-    /// labels, controlled by the Browser's UID under `owner_api_version`, running on the
-    /// Go-era node. Returns the pod's UID.
-    async fn go_session(
-        &self,
-        layout: Layout,
-        name: &str,
-        owner_api_version: &str,
-        ip: &str,
-    ) -> String {
-        let ar = browser_resource(layout);
-        let browser: DynamicObject = serde_json::from_value(json!({
-            "apiVersion": ar.api_version, "kind": "Browser",
-            "metadata": {"name": name, "namespace": NS, "finalizers": [keys::FINALIZER]},
-            "spec": {"browserName": "chrome", "browserVersion": "139.0"},
-        }))
-        .unwrap();
-        let browser = self
-            .browsers_in(layout)
-            .create(&go_post(), &browser)
-            .await
-            .expect("Go-era Browser created");
-        let uid = browser.metadata.uid.clone().expect("uid");
-        let started = "2026-01-10T08:00:00Z";
-        let running = |image: &str, port: u16, container: &str| {
-            json!({"name": container, "image": image, "restartCount": 0,
-                "state": {"running": {"startedAt": started}},
-                "ports": [{"containerPort": port, "protocol": "TCP"}]})
-        };
-        self.browsers_in(layout)
-            .patch_status(
-                name,
-                &go_patch(),
-                &Patch::Merge(json!({"status": {
-                    "phase": "Running",
-                    "podIP": ip,
-                    "startTime": started,
-                    "containerStatuses": [
-                        running("selenium/standalone-chrome:139.0", 4444, "browser"),
-                        running("alcounit/seleniferous:v1", 4445, "seleniferous"),
-                    ],
-                }})),
-            )
-            .await
-            .expect("Go-era status written");
-
-        let pod: DynamicObject = serde_json::from_value(json!({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {
-                "name": name, "namespace": NS,
-                "labels": {"app": "browser"},
-                "ownerReferences": [{
-                    "apiVersion": owner_api_version, "kind": "Browser", "name": name, "uid": uid,
-                    "controller": true, "blockOwnerDeletion": true,
-                }],
-            },
-            "spec": {
-                "nodeName": GO_NODE,
-                "restartPolicy": "Never",
-                "terminationGracePeriodSeconds": 1,
-                "containers": [
-                    {"name": "browser", "image": "selenium/standalone-chrome:139.0", "ports": [{"containerPort": 4444, "protocol": "TCP"}]},
-                    {"name": "seleniferous", "image": "alcounit/seleniferous:v1", "ports": [{"containerPort": 4445, "protocol": "TCP"}]},
-                ],
-            },
-        }))
-        .unwrap();
-        let pod = self
-            .pods()
-            .create(&go_post(), &pod)
-            .await
-            .expect("Go-era pod created");
-        let kubelet_status = |seleniferous: Value| {
-            json!({"status": {
-                "phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}], "hostIP": "10.0.0.2",
+/// A session as the Go browser-controller leaves it: the Browser with the shared
+/// finalizer and its status written by merge patches, the pod without the operator's
+/// labels, controlled by the Browser's UID under `owner_api_version`, running on the
+/// Go-era node. Returns the pod's UID.
+async fn go_session(
+    env: &Env,
+    layout: Layout,
+    name: &str,
+    owner_api_version: &str,
+    ip: &str,
+) -> String {
+    let ar = browser_resource(layout);
+    let browser: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": ar.api_version, "kind": "Browser",
+        "metadata": {"name": name, "namespace": NS, "finalizers": [keys::FINALIZER]},
+        "spec": {"browserName": "chrome", "browserVersion": "139.0"},
+    }))
+    .unwrap();
+    let browser = env
+        .browsers_in(layout)
+        .create(&go_post(), &browser)
+        .await
+        .expect("Go-era Browser created");
+    let uid = browser.metadata.uid.clone().expect("uid");
+    let started = "2026-01-10T08:00:00Z";
+    let running = |image: &str, port: u16, container: &str| {
+        json!({"name": container, "image": image, "restartCount": 0,
+            "state": {"running": {"startedAt": started}},
+            "ports": [{"containerPort": port, "protocol": "TCP"}]})
+    };
+    env.browsers_in(layout)
+        .patch_status(
+            name,
+            &go_patch(),
+            &Patch::Merge(json!({"status": {
+                "phase": "Running",
+                "podIP": ip,
                 "startTime": started,
                 "containerStatuses": [
-                    {"name": "browser", "image": "selenium/standalone-chrome:139.0", "ready": true, "restartCount": 0, "state": {"running": {"startedAt": started}}},
-                    {"name": "seleniferous", "image": "alcounit/seleniferous:v1", "ready": true, "restartCount": 0, "state": seleniferous},
+                    running("selenium/standalone-chrome:139.0", 4444, "browser"),
+                    running("alcounit/seleniferous:v1", 4445, "seleniferous"),
                 ],
-            }})
-        };
-        self.pods()
-            .patch_status(
-                name,
-                &go_patch(),
-                &Patch::Merge(kubelet_status(json!({"running": {"startedAt": started}}))),
-            )
-            .await
-            .expect("pod status written");
-        pod.metadata.uid.expect("pod uid")
-    }
+            }})),
+        )
+        .await
+        .expect("Go-era status written");
 
-    /// The kubelet reports the seleniferous container terminated: the session ended.
-    async fn end_go_session(&self, name: &str) {
-        let mut status = self.pod(name).expect("pod")["status"].clone();
-        status["containerStatuses"][1]["state"] = json!({"terminated": {
-            "exitCode": 0, "reason": "Completed", "startedAt": "2026-01-10T08:00:00Z", "finishedAt": "2026-01-10T08:30:00Z"
-        }});
-        status["containerStatuses"][1]["ready"] = json!(false);
-        self.pods()
-            .patch_status(name, &go_patch(), &Patch::Merge(json!({"status": status})))
-            .await
-            .expect("pod status written");
-    }
+    let pod: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {
+            "name": name, "namespace": NS,
+            "labels": {"app": "browser"},
+            "ownerReferences": [{
+                "apiVersion": owner_api_version, "kind": "Browser", "name": name, "uid": uid,
+                "controller": true, "blockOwnerDeletion": true,
+            }],
+        },
+        "spec": {
+            "nodeName": GO_NODE,
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 1,
+            "containers": [
+                {"name": "browser", "image": "selenium/standalone-chrome:139.0", "ports": [{"containerPort": 4444, "protocol": "TCP"}]},
+                {"name": "seleniferous", "image": "alcounit/seleniferous:v1", "ports": [{"containerPort": 4445, "protocol": "TCP"}]},
+            ],
+        },
+    }))
+    .unwrap();
+    let pod = env
+        .pods()
+        .create(&go_post(), &pod)
+        .await
+        .expect("Go-era pod created");
+    let kubelet_status = |seleniferous: Value| {
+        json!({"status": {
+            "phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}], "hostIP": "10.0.0.2",
+            "startTime": started,
+            "containerStatuses": [
+                {"name": "browser", "image": "selenium/standalone-chrome:139.0", "ready": true, "restartCount": 0, "state": {"running": {"startedAt": started}}},
+                {"name": "seleniferous", "image": "alcounit/seleniferous:v1", "ready": true, "restartCount": 0, "state": seleniferous},
+            ],
+        }})
+    };
+    env.pods()
+        .patch_status(
+            name,
+            &go_patch(),
+            &Patch::Merge(kubelet_status(json!({"running": {"startedAt": started}}))),
+        )
+        .await
+        .expect("pod status written");
+    pod.metadata.uid.expect("pod uid")
+}
+
+/// The kubelet reports the seleniferous container terminated: the session ended.
+async fn end_go_session(env: &Env, name: &str) {
+    let mut status = env.pod(name).expect("pod")["status"].clone();
+    status["containerStatuses"][1]["state"] = json!({"terminated": {
+        "exitCode": 0, "reason": "Completed", "startedAt": "2026-01-10T08:00:00Z", "finishedAt": "2026-01-10T08:30:00Z"
+    }});
+    status["containerStatuses"][1]["ready"] = json!(false);
+    env.pods()
+        .patch_status(name, &go_patch(), &Patch::Merge(json!({"status": status})))
+        .await
+        .expect("pod status written");
 }
 
 fn labelled_by_operator(pod: &Value) -> bool {
@@ -233,12 +230,10 @@ async fn take_over_a_running_go_session(
         }
     };
     env.record_browser_events();
-    env.confirm_go_pod_deletions();
-    let pod_uid = env
-        .go_session(layout, "go1", owner_api_version, "10.9.0.7")
-        .await;
+    confirm_go_pod_deletions(&env);
+    let pod_uid = go_session(&env, layout, "go1", owner_api_version, "10.9.0.7").await;
     if let Installed::HelmChartThenOurs(_) = installed {
-        env.replace_crds(crd::crds(layout)).await;
+        replace_crds(&env, crd::crds(layout)).await;
         let crd = env
             .server
             .get(
@@ -295,7 +290,7 @@ async fn take_over_a_running_go_session(
         "the shared finalizer is not duplicated"
     );
     assert_eq!(
-        env.operator_pod_creations(),
+        operator_pod_creations(&env),
         0,
         "no pod is created or re-applied"
     );
@@ -305,7 +300,7 @@ async fn take_over_a_running_go_session(
         "one metadata-only write adopts the pod"
     );
 
-    env.end_go_session("go1").await;
+    end_go_session(&env, "go1").await;
     env.until("the Browser and its pod to be cleaned up", |e| {
         e.browser("go1").is_none() && e.pod("go1").is_none()
     })
@@ -318,7 +313,7 @@ async fn take_over_a_running_go_session(
         "never PodLost: {seen:#?}"
     );
     assert_eq!(failed[0]["podIP"], "10.9.0.7");
-    assert_eq!(env.operator_pod_creations(), 0);
+    assert_eq!(operator_pod_creations(&env), 0);
     env.stop_operator().await;
 }
 
@@ -357,9 +352,15 @@ async fn a_go_era_session_survives_replacing_the_helm_chart_crds_with_ours() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_go_era_browser_already_failed_is_completed() {
     let mut env = Env::builder().build();
-    env.confirm_go_pod_deletions();
-    env.go_session(Layout::Default, "gofail", "selenosis.io/v1", "10.9.0.8")
-        .await;
+    confirm_go_pod_deletions(&env);
+    go_session(
+        &env,
+        Layout::Default,
+        "gofail",
+        "selenosis.io/v1",
+        "10.9.0.8",
+    )
+    .await;
     env.browsers()
         .patch_status(
             "gofail",
@@ -376,16 +377,22 @@ async fn a_go_era_browser_already_failed_is_completed() {
         e.browser("gofail").is_none() && e.pod("gofail").is_none()
     })
     .await;
-    assert_eq!(env.operator_pod_creations(), 0);
+    assert_eq!(operator_pod_creations(&env), 0);
     env.stop_operator().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_go_era_browser_being_deleted_is_completed_once_its_pod_is_gone() {
     let mut env = Env::builder().build();
-    env.confirm_go_pod_deletions();
-    env.go_session(Layout::Default, "godel", "selenosis.io/v1", "10.9.0.9")
-        .await;
+    confirm_go_pod_deletions(&env);
+    go_session(
+        &env,
+        Layout::Default,
+        "godel",
+        "selenosis.io/v1",
+        "10.9.0.9",
+    )
+    .await;
     env.browsers()
         .delete("godel", &DeleteParams::default())
         .await
@@ -401,7 +408,7 @@ async fn a_go_era_browser_being_deleted_is_completed_once_its_pod_is_gone() {
         e.browser("godel").is_none() && e.pod("godel").is_none()
     })
     .await;
-    assert_eq!(env.operator_pod_creations(), 0);
+    assert_eq!(operator_pod_creations(&env), 0);
     env.stop_operator().await;
 }
 

@@ -1,4 +1,4 @@
-//! The control-plane harness (`tests/support/controlplane.rs`) against stand-ins for `etcd`
+//! The control-plane harness (`crates/testkit/src/controlplane.rs`) against stand-ins for `etcd`
 //! and `kube-apiserver`: small Python programs that print the flags they got, answer etcd's
 //! `/health`, and serve HTTPS with the generated certificate, checking the admin token. They
 //! prove what can be proven without the real binaries: asset lookup, the flags, the serving
@@ -6,7 +6,7 @@
 //! impersonation in the kubeconfigs, the wait for `/readyz`, and a teardown that leaves no
 //! process and no file. Skipped with a note when `python3` is missing.
 
-mod support;
+use testkit as support;
 
 use std::path::Path;
 use std::process::Command;

@@ -9,9 +9,9 @@ use serde_json::{Value, json};
 
 use browser_controller::api::crd::{self, Layout};
 
-mod support;
 use support::crd_history::released_sets;
 use support::upstream;
+use testkit as support;
 
 /// Constraints whose new or smaller value can refuse a stored value.
 const UPPER_BOUNDS: [&str; 4] = ["maxLength", "maxItems", "maxProperties", "maximum"];

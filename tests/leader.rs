@@ -4,7 +4,7 @@
 //! at once, an abandoned one after it expires; a lost Lease stops reconciling at once; a stop
 //! finishes in-flight reconciles within `--shutdown-timeout`.
 
-mod support;
+use testkit as support;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

@@ -3,7 +3,7 @@
 //! metrics, and the requests the server saw. The operator runs in the test process. Everything
 //! a real API server can show is in the shared end-to-end suite, `tests/e2e/`.
 
-mod support;
+use testkit as support;
 
 use std::time::Duration;
 
@@ -20,61 +20,6 @@ fn hub_browser(name: &str) -> NewBrowser {
     new_browser(name)
         .labels(json!({"selenosis.io/owner": "hub"}))
         .annotations(json!({}))
-}
-
-impl Env {
-    /// API writes the operator issued to Browsers and Pods (its own metrics).
-    fn operator_writes(&self) -> u64 {
-        let text = self.metrics.encode().unwrap();
-        text.lines()
-            .filter(|l| l.starts_with("browser_controller_api_writes_total{"))
-            .filter(|l| l.contains("resource=\"browsers") || l.contains("resource=\"pods\""))
-            .filter(|l| !l.contains("dry-run"))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-            .sum()
-    }
-
-    /// Pod applies of the operator that created a pod `name` (201).
-    fn pod_creates(&self, name: &str) -> usize {
-        self.server
-            .requests()
-            .iter()
-            .filter(|r| {
-                r.resource == "pods"
-                    && r.name.as_deref() == Some(name)
-                    && r.patch_type.as_deref() == Some("apply")
-                    && r.status == 201
-            })
-            .count()
-    }
-
-    /// Makes the operator's Browser cache stall: every Browser watch and list fails, so the
-    /// cache keeps what it last saw, while the other watches resume at once.
-    fn stall_browser_watch(&self) {
-        for verb in ["watch", "list"] {
-            self.server.inject(Fault::new(
-                verb,
-                "browsers",
-                503,
-                "ServiceUnavailable",
-                "the server is currently unable to handle the request",
-            ));
-        }
-        self.server.drop_watches();
-    }
-
-    fn pod_applies(&self) -> usize {
-        self.server
-            .requests()
-            .iter()
-            .filter(|r| {
-                r.resource == "pods"
-                    && r.patch_type.as_deref() == Some("apply")
-                    && !r.dry_run
-                    && r.subresource.is_none()
-            })
-            .count()
-    }
 }
 
 /// The write budget of a normal session, from the operator's own metrics (the suite in
@@ -478,59 +423,6 @@ fn older_cluster() -> ApiServer {
     server
 }
 
-impl Env {
-    /// Notes of the Warning events about `name` with `reason`.
-    fn warnings(&self, name: &str, reason: &str) -> Vec<String> {
-        self.server
-            .list("events.events.k8s.io", NS)
-            .iter()
-            .filter(|e| e["regarding"]["name"] == name && e["reason"] == reason)
-            .filter(|e| e["type"] == "Warning")
-            .filter_map(|e| e["note"].as_str().map(String::from))
-            .collect()
-    }
-
-    /// The BrowserConfig's conditions once it reports `Valid` for its current generation.
-    async fn judged_conditions(&self, name: &str) -> Vec<Value> {
-        self.until(&format!("{name} judged"), |e| {
-            e.server.get("browserconfigs", NS, name).is_some_and(|c| {
-                c["status"]["observedGeneration"] == c["metadata"]["generation"]
-                    && c["status"]["conditions"]
-                        .as_array()
-                        .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Valid"))
-            })
-        })
-        .await;
-        self.server.get("browserconfigs", NS, name).unwrap()["status"]["conditions"]
-            .as_array()
-            .unwrap()
-            .clone()
-    }
-
-    /// GETs of an OpenAPI document, with their status codes.
-    fn openapi_requests(&self) -> Vec<(String, u16)> {
-        self.server
-            .requests()
-            .iter()
-            .filter(|r| r.path.starts_with("/openapi/"))
-            .map(|r| (r.path.clone(), r.status))
-            .collect()
-    }
-
-    /// Runs `s1` on the sidecar config and returns its pod.
-    async fn run_sidecar_browser(&self) -> Value {
-        self.create_config("sidecars", sidecar_spec()).await;
-        self.run_s1().await
-    }
-
-    async fn run_s1(&self) -> Value {
-        self.create_browser(hub_browser("s1")).await;
-        self.until("s1 running", |e| is_running(&e.browser("s1")))
-            .await;
-        self.pod("s1").unwrap()
-    }
-}
-
 /// The pod lacks both newer fields and keeps everything else of the entry.
 fn assert_pruned(pod: &Value) {
     let sidecar = &pod["spec"]["initContainers"][0];
@@ -574,7 +466,7 @@ async fn assert_reported(env: &Env) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_an_older_cluster_fields_it_lacks_are_removed_and_reported() {
     let env = Env::builder().server(older_cluster()).start(&[]).await;
-    let pod = env.run_sidecar_browser().await;
+    let pod = run_sidecar_browser(&env).await;
     assert_pruned(&pod);
     assert_reported(&env).await;
     // Read once, at start-up, from OpenAPI v3; nothing was rejected, so no refetch.
@@ -591,7 +483,7 @@ async fn on_an_older_cluster_fields_it_lacks_are_removed_and_reported() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_current_cluster_nothing_is_removed_or_reported() {
     let env = Env::builder().server(current_cluster()).start(&[]).await;
-    let pod = env.run_sidecar_browser().await;
+    let pod = run_sidecar_browser(&env).await;
     assert_eq!(pod["spec"]["initContainers"][0]["restartPolicy"], "Always");
     assert_eq!(
         pod["spec"]["containers"][0]["resources"]["claims"],
@@ -611,7 +503,7 @@ async fn without_openapi_v3_the_v2_document_is_used() {
     let server = older_cluster();
     server.serve_openapi(false, true);
     let env = Env::builder().server(server).start(&[]).await;
-    let pod = env.run_sidecar_browser().await;
+    let pod = run_sidecar_browser(&env).await;
     assert_pruned(&pod);
     assert_reported(&env).await;
     let fetched = env.openapi_requests();
@@ -628,7 +520,7 @@ async fn without_any_schema_the_operator_runs_and_applies_pods_unpruned() {
     server.remove_schema_field(CONTAINER, "restartPolicy");
     server.serve_openapi(false, false);
     let env = Env::builder().server(server).start(&[]).await;
-    let pod = env.run_sidecar_browser().await;
+    let pod = run_sidecar_browser(&env).await;
     assert_eq!(pod["spec"]["initContainers"][0]["restartPolicy"], "Always");
     let conditions = env.judged_conditions("sidecars").await;
     assert!(condition(&conditions, "PodFieldsRemoved").is_none());
@@ -653,7 +545,7 @@ async fn a_rejection_after_the_schema_changed_refetches_it_and_the_browser_still
     // balancer): the schema the operator holds is stale, and newer servers answer 422.
     env.server.remove_schema_field(CONTAINER, "restartPolicy");
     env.server.remove_schema_field(RESOURCES, "claims");
-    let pod = env.run_s1().await;
+    let pod = run_s1(&env).await;
     assert_pruned(&pod);
     assert_reported(&env).await;
     let v3_reads = env
@@ -698,7 +590,7 @@ async fn a_dry_run_rejected_for_a_stale_schema_is_judged_again_with_the_new_one(
         .filter(|r| r.resource == "pods" && r.dry_run && r.status == 500)
         .count();
     assert_eq!(rejected_dry_runs, 1);
-    let pod = env.run_s1().await;
+    let pod = run_s1(&env).await;
     assert_pruned(&pod);
     assert_reported(&env).await;
 }
@@ -901,12 +793,6 @@ const PREPULL_SPEC: &str = r#"{
     "browsers": {"chrome": {"139.0": {"image": "selenium/standalone-chrome:139.0"}}}
 }"#;
 
-impl Env {
-    fn daemon_sets(&self) -> Vec<Value> {
-        self.server.list("daemonsets.apps", NS)
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_config_deleted_while_the_operator_was_away_loses_its_daemon_sets_on_its_return() {
     let mut env = Env::start(&["--enable-prepull"]).await;
@@ -971,4 +857,17 @@ async fn a_daemon_set_the_cluster_refuses_is_reported_with_a_warning_and_not_ret
         "a refused DaemonSet is not retried at once"
     );
     assert!(env.daemon_sets().is_empty());
+}
+
+/// Runs `s1` on the sidecar config and returns its pod.
+async fn run_sidecar_browser(env: &Env) -> Value {
+    env.create_config("sidecars", sidecar_spec()).await;
+    run_s1(env).await
+}
+
+async fn run_s1(env: &Env) -> Value {
+    env.create_browser(hub_browser("s1")).await;
+    env.until("s1 running", |e| is_running(&e.browser("s1")))
+        .await;
+    env.pod("s1").unwrap()
 }

@@ -2,7 +2,7 @@
 //! family of docs/operations.md, "Metrics", with the values the lifecycle implies, read from
 //! `Metrics::encode()` and from the real `/metrics` endpoint.
 
-mod support;
+use testkit as support;
 
 use std::time::Duration;
 

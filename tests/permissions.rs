@@ -1,7 +1,7 @@
 //! The start-up permission check against the API server double: SelfSubjectAccessReviews for
 //! every verb and resource, per watched namespace, and the errors a user sees.
 
-mod support;
+use testkit as support;
 
 use std::time::Duration;
 

@@ -3,8 +3,7 @@
 //! them whatever the golden files say: images without a shell are pulled by the copied
 //! helper binary, one DaemonSet per scheduling, and every field is a DaemonSet field.
 
-#[path = "support/golden.rs"]
-mod golden;
+use testkit::golden;
 
 use std::path::PathBuf;
 

@@ -2,7 +2,7 @@
 //! inference, start-up failures, `/healthz`, `/readyz`, `/metrics`, and a graceful stop on
 //! SIGTERM — against the API server double served over loopback HTTP.
 
-mod support;
+use testkit as support;
 
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;

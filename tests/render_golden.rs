@@ -2,9 +2,8 @@
 //! BrowserConfig (docs/behaviour.md, "The Pod of a Browser"; docs/configuration.md), and
 //! compatibility with the BrowserConfigs of the current Selenosis stack.
 
-#[path = "support/golden.rs"]
-mod golden;
-mod support;
+use testkit as support;
+use testkit::golden;
 
 use std::path::{Path, PathBuf};
 

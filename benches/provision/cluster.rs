@@ -44,7 +44,7 @@ impl Backend {
     pub fn describe(&self) -> String {
         match self {
             Backend::Double { .. } => {
-                "in-process API server double (tests/support/apiserver), not a kube-apiserver"
+                "in-process API server double (crates/testkit/src/apiserver), not a kube-apiserver"
                     .to_string()
             }
             Backend::Kubeconfig(config) => format!("cluster at {}", config.cluster_url),

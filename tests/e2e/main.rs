@@ -34,8 +34,7 @@ mod partition;
 mod prepull;
 mod rbac;
 mod restarts;
-#[path = "../support/mod.rs"]
-mod support;
+use testkit as support;
 mod upgrades;
 
 use std::collections::{BTreeMap, BTreeSet};

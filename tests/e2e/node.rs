@@ -1,6 +1,6 @@
 //! Scenarios on a real node (`E2E_NODE_ASSETS`): a kubelet with containerd, runc and a CNI
 //! bridge runs the pods, with images made from local root filesystems (see
-//! `tests/support/images.rs`). The browser is Debian's Chromium behind chromedriver; a busybox
+//! `crates/testkit/src/images.rs`). The browser is Debian's Chromium behind chromedriver; a busybox
 //! container stands in for the seleniferous sidecar. Transitions are read from the recorded
 //! watch history.
 

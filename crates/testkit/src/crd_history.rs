@@ -15,7 +15,7 @@ pub struct ReleasedSet {
 
 /// Every released set, oldest release first, the default layout before the split one.
 pub fn released_sets() -> Vec<ReleasedSet> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/crd-history");
+    let root = crate::repo().join("testdata/crd-history");
     let mut releases: Vec<PathBuf> = std::fs::read_dir(&root)
         .unwrap_or_else(|e| panic!("{}: {e}", root.display()))
         .map(|e| e.unwrap().path())

@@ -1,11 +1,10 @@
 //! Golden files: the testdata tree, and comparing an output with its golden file (or
-//! rewriting it under `UPDATE_GOLDEN=1`). Included by path by the golden suites, which need
-//! nothing else of `support`.
+//! rewriting it under `UPDATE_GOLDEN=1`).
 
 use std::path::{Path, PathBuf};
 
 pub fn testdata() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata")
+    crate::repo().join("testdata")
 }
 
 /// Stems of the files with `suffix` in `dir`, sorted.

@@ -8,7 +8,7 @@ use serde_json::Value;
 
 /// The upstream examples folder, or `None` with a printed note saying what is not checked.
 pub fn dir(what_is_skipped: &str) -> Option<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/upstream-examples");
+    let dir = crate::repo().join("../shared/upstream-examples");
     if dir.is_dir() {
         Some(dir)
     } else {

@@ -22,7 +22,7 @@ use browser_controller::link::Link;
 use browser_controller::metrics::Metrics;
 use browser_controller::operator;
 
-use super::apiserver::ApiServer;
+use super::apiserver::{ApiServer, Fault};
 use super::host;
 use super::kinds::{browser_resource, config_resource, pod_resource};
 use super::kubelet::{Kubelet, KubeletHandle, Script};
@@ -394,5 +394,104 @@ impl Env {
             .collect();
         reasons.sort();
         reasons
+    }
+}
+
+/// What the suites ask of a running scenario beyond its objects: the operator's own
+/// metrics, the server's request log, Events, and faults.
+impl Env {
+    /// API writes the operator issued to Browsers and Pods (its own metrics).
+    pub fn operator_writes(&self) -> u64 {
+        let text = self.metrics.encode().unwrap();
+        text.lines()
+            .filter(|l| l.starts_with("browser_controller_api_writes_total{"))
+            .filter(|l| l.contains("resource=\"browsers") || l.contains("resource=\"pods\""))
+            .filter(|l| !l.contains("dry-run"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum()
+    }
+
+    /// Pod applies of the operator that created a pod `name` (201).
+    pub fn pod_creates(&self, name: &str) -> usize {
+        self.server
+            .requests()
+            .iter()
+            .filter(|r| {
+                r.resource == "pods"
+                    && r.name.as_deref() == Some(name)
+                    && r.patch_type.as_deref() == Some("apply")
+                    && r.status == 201
+            })
+            .count()
+    }
+
+    /// Makes the operator's Browser cache stall: every Browser watch and list fails, so the
+    /// cache keeps what it last saw, while the other watches resume at once.
+    pub fn stall_browser_watch(&self) {
+        for verb in ["watch", "list"] {
+            self.server.inject(Fault::new(
+                verb,
+                "browsers",
+                503,
+                "ServiceUnavailable",
+                "the server is currently unable to handle the request",
+            ));
+        }
+        self.server.drop_watches();
+    }
+
+    pub fn pod_applies(&self) -> usize {
+        self.server
+            .requests()
+            .iter()
+            .filter(|r| {
+                r.resource == "pods"
+                    && r.patch_type.as_deref() == Some("apply")
+                    && !r.dry_run
+                    && r.subresource.is_none()
+            })
+            .count()
+    }
+
+    /// Notes of the Warning events about `name` with `reason`.
+    pub fn warnings(&self, name: &str, reason: &str) -> Vec<String> {
+        self.server
+            .list("events.events.k8s.io", NS)
+            .iter()
+            .filter(|e| e["regarding"]["name"] == name && e["reason"] == reason)
+            .filter(|e| e["type"] == "Warning")
+            .filter_map(|e| e["note"].as_str().map(String::from))
+            .collect()
+    }
+
+    /// The BrowserConfig's conditions once it reports `Valid` for its current generation.
+    pub async fn judged_conditions(&self, name: &str) -> Vec<Value> {
+        self.until(&format!("{name} judged"), |e| {
+            e.server.get("browserconfigs", NS, name).is_some_and(|c| {
+                c["status"]["observedGeneration"] == c["metadata"]["generation"]
+                    && c["status"]["conditions"]
+                        .as_array()
+                        .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Valid"))
+            })
+        })
+        .await;
+        self.server.get("browserconfigs", NS, name).unwrap()["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .clone()
+    }
+
+    /// GETs of an OpenAPI document, with their status codes.
+    pub fn openapi_requests(&self) -> Vec<(String, u16)> {
+        self.server
+            .requests()
+            .iter()
+            .filter(|r| r.path.starts_with("/openapi/"))
+            .map(|r| (r.path.clone(), r.status))
+            .collect()
+    }
+
+    pub fn daemon_sets(&self) -> Vec<Value> {
+        self.server.list("daemonsets.apps", NS)
     }
 }
