@@ -36,11 +36,33 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Check an install: the API server, the CRDs, the operator's permissions in the chosen
+    /// mode, the events API, and a server-side dry run of the pod a Browser would get. One
+    /// line per check; exits non-zero with the fix named when one fails. Takes the operator's
+    /// flags and environment, so that it checks the mode they choose.
+    Check(Box<CheckArgs>),
     /// Print the CustomResourceDefinitions (the files in crds/ are this output).
     Crds(CrdsArgs),
     /// Print the Pod a Browser would get from the given BrowserConfig(s), or with --prepull
     /// their image pre-pull DaemonSets; no cluster needed.
     Render(RenderArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// The operator's ServiceAccount, NAMESPACE/NAME: its permissions are checked and the pod
+    /// dry run is made as it (impersonated, which a cluster admin may do). Empty: the
+    /// kubeconfig's own identity.
+    #[arg(long, default_value = "browser-controller/browser-controller")]
+    pub service_account: String,
+    /// Namespace of the pod dry run (default: the first --namespace, else `default`).
+    #[arg(long, value_name = "NAMESPACE")]
+    pub dry_run_namespace: Option<String>,
+    /// Browser of the pod dry run (default: the first entry of the namespace's BrowserConfigs).
+    #[arg(long, value_name = "NAME:VERSION")]
+    pub browser: Option<String>,
+    #[command(flatten)]
+    pub run: RunArgs,
 }
 
 #[derive(Debug, Args)]
@@ -61,7 +83,7 @@ pub struct RenderArgs {
     /// BrowserConfig file(s): YAML (multi-document) or JSON; repeat the flag for more files.
     #[arg(long = "config", short = 'c', required = true, value_name = "FILE")]
     pub configs: Vec<PathBuf>,
-    /// Browser file: YAML or JSON.
+    /// Browser file: YAML or JSON. Required unless --prepull is given, which takes none.
     #[arg(
         long,
         short = 'b',

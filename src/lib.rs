@@ -6,6 +6,7 @@
 pub use browser_controller_core::{api, config, duration, lifecycle, names, pod, prepull};
 
 pub mod cached;
+pub mod check;
 pub mod cli;
 pub mod commands;
 pub mod controller;

@@ -20,7 +20,8 @@ use crate::cli::LogFormat;
 pub struct LogLevelError(String);
 
 /// Where the kube client logs the certificate check it skips, once per TLS handshake, when the
-/// kubeconfig sets `insecure-skip-tls-verify` (every watch and request is its own connection).
+/// kubeconfig sets `insecure-skip-tls-verify` (every watch and request is its own connection):
+/// its TLS module, `kube_client::client::tls::rustls_tls` with the rustls backend.
 const CERT_BYPASS_TARGET: &str = "kube_client::client::tls";
 const CERT_BYPASS_MESSAGE: &str = "Server cert bypassed";
 
@@ -51,7 +52,7 @@ impl Visit for Message {
 
 impl<S: Subscriber> Layer<S> for CertBypassOnce {
     fn event_enabled(&self, event: &Event<'_>, _ctx: Context<'_, S>) -> bool {
-        if event.metadata().target() != CERT_BYPASS_TARGET {
+        if !event.metadata().target().starts_with(CERT_BYPASS_TARGET) {
             return true;
         }
         let mut message = Message::default();
@@ -169,7 +170,7 @@ mod tests {
     fn the_kube_clients_certificate_bypass_warning_is_shown_once() {
         let text = logged(LogFormat::Text, false, || {
             for _ in 0..7 {
-                tracing::warn!(target: "kube_client::client::tls", "Server cert bypassed");
+                tracing::warn!(target: "kube_client::client::tls::rustls_tls", "Server cert bypassed");
             }
             tracing::warn!(target: "kube_client::client::tls", path = "/ca", "failed to reload CA bundle; keeping stale roots");
             tracing::warn!(target: "kube_client::client::tls", path = "/ca", "failed to reload CA bundle; keeping stale roots");

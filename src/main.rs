@@ -4,8 +4,8 @@ use std::process::ExitCode;
 use clap::Parser;
 
 use browser_controller::api::crd::{self, Layout};
-use browser_controller::cli::{Cli, Command, CrdsArgs, RunArgs};
-use browser_controller::{commands, logging, operator};
+use browser_controller::cli::{CheckArgs, Cli, Command, CrdsArgs, RunArgs};
+use browser_controller::{check, commands, logging, operator};
 
 /// mimalloc instead of the C library's allocator: the static image links musl, whose malloc
 /// costs several times the CPU per Browser under the operator's many small, short-lived
@@ -65,6 +65,31 @@ fn run_operator(args: RunArgs) -> ExitCode {
     }
 }
 
+fn run_check(args: &CheckArgs) -> ExitCode {
+    // Warnings only (the kube client's); the report itself goes to stdout.
+    if let Err(e) = logging::init(args.run.log_format, "warn") {
+        eprintln!("browser-controller check: {e}");
+        return ExitCode::FAILURE;
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("browser-controller check: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let report = runtime.block_on(check::run(args));
+    print!("{report}");
+    if report.passed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
@@ -79,6 +104,7 @@ fn main() -> ExitCode {
             }
         },
         Some(Command::Crds(args)) => print_crds(&args),
+        Some(Command::Check(args)) => run_check(&args),
         None => run_operator(cli.run),
     }
 }

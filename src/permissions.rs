@@ -109,11 +109,21 @@ fn missing_lines(missing: &[String]) -> String {
             "\n--enable-prepull needs the DaemonSet rules of rbac/prepull/cluster-role.yaml (all namespaces) or rbac/prepull/namespaced.yaml (with --namespace)",
         );
     }
+    // rbac/namespaced/ holds no Lease rule: without this line the hint would point a
+    // namespace-scoped install with leader election at the wrong files.
+    if missing.iter().any(|m| m.contains(LEASES)) {
+        text.push_str(
+            "\n--enable-leader-election needs the Lease rules of rbac/leader-election.yaml, in the Lease's namespace (both modes)",
+        );
+    }
     text
 }
 
 /// How a missing DaemonSet permission is named.
 const DAEMON_SETS: &str = "daemonsets.apps";
+
+/// How a missing Lease permission is named.
+const LEASES: &str = "leases.coordination.k8s.io";
 
 fn review_failed(access: &str, source: &kube::Error) -> String {
     let mut text = format!(

@@ -55,6 +55,9 @@ async fn readyz(State(probes): State<Probes>) -> impl IntoResponse {
 }
 
 async fn metrics(State(probes): State<Probes>) -> impl IntoResponse {
+    probes
+        .metrics
+        .leader(*probes.role.borrow() == crate::leader::Role::Leader);
     match probes.metrics.encode() {
         Ok(body) => (StatusCode::OK, [(header::CONTENT_TYPE, OPENMETRICS)], body).into_response(),
         Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),

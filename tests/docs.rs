@@ -1,23 +1,36 @@
 //! The documentation against the code it describes, so that neither drifts silently: the
 //! flag tables of `docs/operations.md` against the clap command, its metrics table against
 //! what `Metrics` exports, the `render` example of `docs/configuration.md` against the
-//! `render` subcommand, and the repository paths and links of every page against the tree.
-//! Pure and fast: nothing here talks to a cluster.
+//! `render` subcommand, the messages the docs quote (start-up errors in either log format,
+//! the permission hint, lease timing, `InvalidConfig`) against what the code prints, the
+//! `kubectl get` columns against the CRDs, and the repository paths and links of every page
+//! against the tree. Pure and fast: nothing here talks to a cluster (the start-up errors come
+//! from the binary pointed at a closed port).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use clap::CommandFactory;
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::DynamicObject;
-use kube::core::ApiResource;
+use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::watcher;
 use serde_json::json;
+use testkit::host::{self, TempDir, free_port};
 
+use browser_controller::api::crd::{self, Layout};
+use browser_controller::api::kinds::Kinds;
 use browser_controller::cached::CachedBrowser;
 use browser_controller::cli::{Cli, OutputFormat, PolicyArgs, PrePullImageArgs, RenderArgs};
 use browser_controller::commands;
+use browser_controller::leader::Timing;
+use browser_controller::lifecycle::desired;
+use browser_controller::lifecycle::plan::PodCreation;
+use browser_controller::lifecycle::reason::Reason;
 use browser_controller::metrics::{CacheRegistration, Metrics, Stage};
+use browser_controller::permissions::{self, PermissionError};
+use browser_controller::pod::policy::Policy;
 use browser_controller::prepull::render as prepull;
 
 const OPERATIONS: &str = "docs/operations.md";
@@ -25,12 +38,14 @@ const CONFIGURATION: &str = "docs/configuration.md";
 
 /// Pages whose `--flags` are the operator's own (the benchmark's and the test harness' flags
 /// appear in performance.md and architecture.md).
-const FLAG_PAGES: [&str; 5] = [
+const FLAG_PAGES: [&str; 7] = [
     "README.md",
     "docs/behaviour.md",
     "docs/configuration.md",
     "docs/operations.md",
     "docs/compatibility.md",
+    "docs/quickstart.md",
+    "docs/versioning.md",
 ];
 
 /// Programs whose flags the docs quote in commands; their flags are not the operator's.
@@ -288,6 +303,7 @@ fn operator_part(command: &str) -> Option<&str> {
 // ---- flags -------------------------------------------------------------------------------
 
 /// One long flag of the command line.
+#[derive(PartialEq)]
 struct Flag {
     long: String,
     env: Option<String>,
@@ -397,8 +413,18 @@ fn every_flag_and_env_var_is_documented_and_every_documented_flag_exists() {
     let page = read(OPERATIONS);
     let page_sections = sections(&page);
     let mut drift = Vec::new();
+    let operator_flags = flags_of(&Cli::command());
     for (name, command) in commands() {
-        let flags = flags_of(&command);
+        let mut flags = flags_of(&command);
+        // A subcommand that takes every flag of the operator (`check`) documents only its
+        // own: the others are in "Flags and environment".
+        if !name.is_empty()
+            && operator_flags
+                .iter()
+                .all(|(long, flag)| flags.get(long) == Some(flag))
+        {
+            flags.retain(|long, _| !operator_flags.contains_key(long));
+        }
         let (shown, section_name, body) = if name.is_empty() {
             let title = "\"Flags and environment\"";
             let body = section(&page_sections, title, |h| h == "Flags and environment");
@@ -964,4 +990,807 @@ fn the_docs_headings_the_code_cites_exist() {
         "comments cite docs that moved:\n{}",
         broken.join("\n")
     );
+}
+
+// ---- messages the operator prints ---------------------------------------------------------
+
+/// Whether `text` is `pattern` with its wildcards filled in: `…`, and with `placeholders` also
+/// `<…>` (the docs' `<API message>`). Anchored at both ends unless a wildcard is there.
+fn glob(pattern: &str, text: &str, placeholders: bool) -> bool {
+    let mut literals = vec![String::new()];
+    let mut chars = pattern.chars();
+    while let Some(c) = chars.next() {
+        if c == '…' || (placeholders && c == '<') {
+            if c == '<' {
+                chars.by_ref().take_while(|c| *c != '>').for_each(drop);
+            }
+            literals.push(String::new());
+        } else if let Some(last) = literals.last_mut() {
+            last.push(c);
+        }
+    }
+    let (first, rest) = literals.split_first().expect("one literal at least");
+    let Some(mut remaining) = text.strip_prefix(first.as_str()) else {
+        return false;
+    };
+    let Some((last, middle)) = rest.split_last() else {
+        return remaining.is_empty();
+    };
+    for literal in middle {
+        match remaining.find(literal.as_str()) {
+            Some(at) => remaining = &remaining[at + literal.len()..],
+            None => return false,
+        }
+    }
+    remaining.ends_with(last.as_str())
+}
+
+/// The body of the section titled exactly `heading` in `page` (named `name` in failures).
+fn section_of<'a>(name: &str, page: &'a [(String, String)], heading: &str) -> &'a str {
+    page.iter()
+        .find(|(h, _)| h == heading)
+        .map(|(_, body)| body.as_str())
+        .unwrap_or_else(|| panic!("{name}: no section {heading:?}"))
+}
+
+/// The message patterns of the "Start-up errors" table: every code span of its `message`
+/// column.
+fn start_up_error_patterns() -> Vec<String> {
+    let page = read(OPERATIONS);
+    let (header, rows) = first_table(section_of(OPERATIONS, &sections(&page), "Start-up errors"));
+    assert_eq!(
+        header.first().map(String::as_str),
+        Some("message"),
+        "{OPERATIONS}, section \"Start-up errors\": unexpected table header"
+    );
+    rows.iter()
+        .flat_map(|row| ticked(&row["message"]))
+        .collect()
+}
+
+/// Start-up errors in `messages` that no row of the "Start-up errors" table matches.
+fn undocumented_start_up_errors<'a>(messages: impl IntoIterator<Item = &'a String>) -> Vec<String> {
+    let patterns = start_up_error_patterns();
+    messages
+        .into_iter()
+        .filter(|m| {
+            let first_line = m.lines().next().unwrap_or_default();
+            !patterns.iter().any(|p| glob(p, first_line, false))
+        })
+        .map(|m| format!("{OPERATIONS}, \"Start-up errors\": no row matches {m:?}"))
+        .collect()
+}
+
+// ---- the permission hint -------------------------------------------------------------------
+
+/// What `logging::fatal` puts before each line of a fatal error in a text log; the start-up
+/// example test holds it against the binary.
+const TEXT_PREFIX: &str = "browser-controller: ";
+
+/// The `rbac/…` paths a text names.
+fn rbac_paths(text: &str) -> BTreeSet<String> {
+    text.split_whitespace()
+        .map(|w| w.trim_end_matches([',', ')', ';']).trim_start_matches('('))
+        .filter(|w| w.starts_with("rbac/"))
+        .map(str::to_string)
+        .collect()
+}
+
+fn resolved_kinds(browser_group: &str, config_group: &str) -> Kinds {
+    Kinds {
+        browser: ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk(browser_group, "v1", "Browser"),
+            "browsers",
+        ),
+        browserconfig: ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk(config_group, "v1", "BrowserConfig"),
+            "browserconfigs",
+        ),
+        pod: ApiResource::erase::<Pod>(&()),
+    }
+}
+
+#[test]
+fn the_missing_permission_output_the_docs_quote_is_what_the_check_prints() {
+    let page = read(OPERATIONS);
+    let page_sections = sections(&page);
+    let body = section_of(OPERATIONS, &page_sections, "Start-up permission check");
+    let quoted = pieces(body)
+        .into_iter()
+        .find_map(|piece| match piece {
+            Piece::Code { text, .. } if text.lines().all(|l| l.starts_with(TEXT_PREFIX)) => {
+                Some(text)
+            }
+            _ => None,
+        })
+        .expect("the section quotes what the operator prints");
+    let shown: Vec<&str> = quoted
+        .lines()
+        .map(|l| l.strip_prefix(TEXT_PREFIX).unwrap_or(l))
+        .collect();
+    // The code's own line for a missing permission, without the permission.
+    let missing_prefix = PermissionError::Missing(vec![String::new()]).to_string();
+    let missing_prefix = missing_prefix.lines().next().unwrap_or_default();
+    let missing: Vec<String> = shown
+        .iter()
+        .filter_map(|l| l.strip_prefix(missing_prefix))
+        .map(str::to_string)
+        .collect();
+    assert!(
+        !missing.is_empty(),
+        "{OPERATIONS}: the quote names no missing permission"
+    );
+    let printed = PermissionError::Missing(missing.clone()).to_string();
+    let printed: Vec<&str> = printed.lines().collect();
+    assert_eq!(
+        shown, printed,
+        "{OPERATIONS}, \"Start-up permission check\": the quote is not what the operator prints"
+    );
+
+    // The extra hint lines for DaemonSets and the Lease name files the section names too.
+    let prose: Vec<String> = pieces(body)
+        .into_iter()
+        .flat_map(|piece| match piece {
+            Piece::Prose { first_line, text } => code_spans(first_line, &text),
+            Piece::Code { .. } => Vec::new(),
+        })
+        .map(|(_, span)| span)
+        .filter(|span| span.starts_with("rbac/") && span != "rbac/")
+        .collect();
+    let base: BTreeSet<String> = printed.iter().map(|l| l.to_string()).collect();
+    let mut drift = Vec::new();
+    let kinds = resolved_kinds("selenosis.io", "selenosis.io");
+    let namespaces = ["team-a".to_string()];
+    let extra_cases = [
+        permissions::prepull(&namespaces),
+        permissions::lease("browser-controller"),
+    ];
+    for accesses in &extra_cases {
+        let mut lines = missing.clone();
+        lines.extend(accesses.iter().map(ToString::to_string));
+        let text = PermissionError::Missing(lines).to_string();
+        for line in text.lines().filter(|l| !l.starts_with(missing_prefix)) {
+            if base.contains(line) {
+                continue;
+            }
+            for path in rbac_paths(line) {
+                if !prose.iter().any(|span| path.starts_with(span.as_str())) {
+                    drift.push(format!(
+                        "{OPERATIONS}, \"Start-up permission check\": the hint {line:?} names {path}, the section does not"
+                    ));
+                }
+            }
+        }
+    }
+
+    // The troubleshooting rows for a missing permission name every file its hint lines name.
+    let page_rows = first_table(section_of(OPERATIONS, &page_sections, "Start-up errors")).1;
+    let every_access = permissions::required(&kinds, &namespaces)
+        .into_iter()
+        .chain(extra_cases.into_iter().flatten());
+    for access in every_access {
+        let text = PermissionError::Missing(vec![access.to_string()]).to_string();
+        let (first, hints) = text.split_once('\n').unwrap_or((&text, ""));
+        // Together, the rows that match the line tell what its hint lines tell.
+        let rows: Vec<_> = page_rows
+            .iter()
+            .filter(|row| {
+                ticked(&row["message"])
+                    .iter()
+                    .any(|p| glob(p, first, false))
+            })
+            .collect();
+        if rows.is_empty() {
+            drift.push(format!(
+                "{OPERATIONS}, \"Start-up errors\": no row matches {first:?}"
+            ));
+        }
+        let advice: BTreeSet<String> = rows
+            .iter()
+            .flat_map(|row| rbac_paths(&row["what to do"].replace('`', "")))
+            .collect();
+        for path in rbac_paths(hints).difference(&advice) {
+            drift.push(format!(
+                "{OPERATIONS}, \"Start-up errors\": the rows for {first:?} do not name {path}, which the operator's hint names"
+            ));
+        }
+    }
+    drift.sort();
+    drift.dedup();
+    assert!(drift.is_empty(), "{}", drift.join("\n"));
+}
+
+// ---- printer columns -----------------------------------------------------------------------
+
+/// A list of column names as the docs write it: `Browser, Version and Age` (parenthesised
+/// remarks dropped); `None` when it is not a list of single words.
+fn column_list(text: &str) -> Option<Vec<String>> {
+    let text = text.trim().trim_start_matches("the columns ");
+    let names: Vec<String> = text
+        .replace(" and ", ",")
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect();
+    (!names.is_empty() && names.iter().all(|n| n.chars().all(char::is_alphanumeric)))
+        .then_some(names)
+}
+
+/// Text without its parenthesised parts.
+fn without_parentheses(text: &str) -> String {
+    let mut depth = 0usize;
+    text.chars()
+        .filter(|c| {
+            match c {
+                '(' => depth += 1,
+                ')' => depth = depth.saturating_sub(1),
+                _ => return depth == 0,
+            }
+            false
+        })
+        .collect()
+}
+
+#[test]
+fn the_columns_the_docs_name_are_the_printer_columns_of_the_crds() {
+    let mut drift = Vec::new();
+    let crds = crd::crds(Layout::Default);
+    // Short name → (columns by default, columns `-o wide` adds), in the CRD's order.
+    let mut kinds: BTreeMap<String, (Vec<String>, Vec<String>)> = BTreeMap::new();
+    for crd in &crds {
+        let short = crd["spec"]["names"]["shortNames"][0]
+            .as_str()
+            .expect("a short name")
+            .to_string();
+        let mut columns = (Vec::new(), Vec::new());
+        for column in crd["spec"]["versions"][0]["additionalPrinterColumns"]
+            .as_array()
+            .expect("printer columns")
+        {
+            let name = column["name"].as_str().expect("a column name").to_string();
+            if column["priority"].as_i64().unwrap_or(0) == 0 {
+                columns.0.push(name);
+            } else {
+                columns.1.push(name);
+            }
+        }
+        kinds.insert(short, columns);
+    }
+    let same = |docs: &[String], crd: &[String]| {
+        docs.len() == crd.len() && docs.iter().zip(crd).all(|(d, c)| d.eq_ignore_ascii_case(c))
+    };
+    let mut described = BTreeSet::new();
+    for page in pages() {
+        let text = read(&page);
+        let mut last_get: Option<(String, bool)> = None;
+        for piece in pieces(&text) {
+            match piece {
+                // "`kubectl get brw` shows the columns A, B and C; `-o wide` adds D."
+                Piece::Prose {
+                    first_line,
+                    text: prose,
+                } => {
+                    let text = prose.replace('\n', " ");
+                    for (short, (normal, wide)) in &kinds {
+                        let lead = format!("`kubectl get {short}` shows ");
+                        for (at, _) in text.match_indices(&lead) {
+                            let line = first_line + prose[..at].matches('\n').count();
+                            let rest = without_parentheses(&text[at + lead.len()..]);
+                            let end = rest.find(['.', ';']).unwrap_or(rest.len());
+                            let Some(shown) = column_list(&rest[..end]) else {
+                                continue;
+                            };
+                            described.insert(short.clone());
+                            let after = rest[end..].trim_start_matches([';', ' ']);
+                            let added = after
+                                .strip_prefix("`-o wide` adds ")
+                                .and_then(|w| column_list(&w[..w.find('.').unwrap_or(w.len())]))
+                                .unwrap_or_default();
+                            if !same(&shown, normal) || !same(&added, wide) {
+                                drift.push(format!(
+                                    "{page}:{line}: `kubectl get {short}` shows {normal:?} and with -o wide adds {wide:?}; the docs say {shown:?} and {added:?}"
+                                ));
+                            }
+                        }
+                    }
+                }
+                // A table printed by `kubectl get <short name>`: its header.
+                Piece::Code { line, text } => {
+                    for (offset, l) in text.lines().enumerate() {
+                        if let Some(rest) = l.split("kubectl get ").nth(1) {
+                            let short = rest.split_whitespace().next().unwrap_or_default();
+                            last_get = kinds
+                                .contains_key(short)
+                                .then(|| (short.to_string(), l.contains("-o wide")));
+                        } else if let Some((short, wide)) = &last_get
+                            && l.split_whitespace().next() == Some("NAME")
+                        {
+                            let (normal, added) = &kinds[short];
+                            let mut expected = normal.clone();
+                            if *wide {
+                                expected.extend(added.iter().cloned());
+                            }
+                            let header: Vec<String> =
+                                l.split_whitespace().skip(1).map(str::to_string).collect();
+                            if !same(&header, &expected) {
+                                drift.push(format!(
+                                    "{page}:{}: `kubectl get {short}` prints the columns NAME {expected:?}, the docs show {header:?}",
+                                    line + 1 + offset
+                                ));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    for short in kinds.keys().filter(|s| !described.contains(*s)) {
+        drift.push(format!(
+            "no page says which columns `kubectl get {short}` shows (\"`kubectl get {short}` shows the columns …\")"
+        ));
+    }
+    assert!(drift.is_empty(), "{}", drift.join("\n"));
+}
+
+// ---- InvalidConfig messages ----------------------------------------------------------------
+
+const BEHAVIOUR: &str = "docs/behaviour.md";
+
+/// The `InvalidConfig` message of a chrome 139.0 Browser against one BrowserConfig `chrome`
+/// with `spec`, the cluster's dry run answering `rejected` (as the docs' examples name them).
+fn invalid_config_message(spec: serde_json::Value, rejected: Option<&str>) -> String {
+    let browser: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "selenosis.io/v1", "kind": "Browser",
+        "metadata": {"name": "s1", "namespace": "selenosis", "uid": "u1"},
+        "spec": {"browserName": "chrome", "browserVersion": "139.0"},
+    }))
+    .expect("a valid Browser");
+    let config: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "selenosis.io/v1", "kind": "BrowserConfig",
+        "metadata": {"name": "chrome", "namespace": "selenosis",
+            "creationTimestamp": "2026-01-01T00:00:00Z"},
+        "spec": spec,
+    }))
+    .expect("a valid BrowserConfig");
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("selenosis.io", "v1", "Browser"),
+        "browsers",
+    );
+    let outcome = desired::pod_for(
+        &browser,
+        &[config],
+        &resource,
+        &Policy::default(),
+        None,
+        |_, _, _| rejected.map(str::to_string),
+    );
+    match outcome {
+        PodCreation::Fail(f) if f.reason == Reason::InvalidConfig.as_str() => f.message,
+        PodCreation::Fail(f) => panic!("expected InvalidConfig, got {}: {}", f.reason, f.message),
+        PodCreation::Render { .. } => panic!("expected InvalidConfig, got a pod"),
+    }
+}
+
+#[test]
+fn every_invalid_config_message_has_a_documented_format() {
+    let image = "selenium/standalone-chrome:139.0";
+    let entry = |extra: serde_json::Value| {
+        let mut entry = json!({"image": image});
+        if let (Some(entry), Some(extra)) = (entry.as_object_mut(), extra.as_object()) {
+            entry.extend(extra.clone());
+        }
+        json!({"browsers": {"chrome": {"139.0": entry}}})
+    };
+    // One Browser for each way pod_for fails with InvalidConfig.
+    let messages = [
+        // A local check.
+        invalid_config_message(entry(json!({"sidecars": {}})), None),
+        // The cluster's dry run.
+        invalid_config_message(
+            entry(json!({})),
+            Some("admission webhook \"policy.example.com\" denied the request"),
+        ),
+        // No image once merged.
+        invalid_config_message(json!({"browsers": {"chrome": {"139.0": null}}}), None),
+        // A tier that is no map.
+        invalid_config_message(
+            json!({"template": [], "browsers": {"chrome": {"139.0": {"image": image}}}}),
+            None,
+        ),
+        // A field of the wrong type, found while rendering.
+        invalid_config_message(entry(json!({"labels": {"app": 1}})), None),
+        // Above the pod security ceiling.
+        invalid_config_message(entry(json!({"privileged": true})), None),
+    ];
+    let page = read(BEHAVIOUR);
+    let (header, rows) = first_table(section_of(BEHAVIOUR, &sections(&page), "Messages"));
+    assert_eq!(header, ["reason", "message"], "{BEHAVIOUR}, \"Messages\"");
+    // The formats: code spans of several words in the rows of InvalidConfig.
+    let formats: Vec<String> = rows
+        .iter()
+        .filter(|row| ticked(&row["reason"]).contains(&Reason::InvalidConfig.as_str().to_string()))
+        .flat_map(|row| ticked(&row["message"]))
+        .filter(|span| span.matches(' ').count() >= 2)
+        .collect();
+    let mut drift = Vec::new();
+    for message in &messages {
+        if !formats.iter().any(|f| glob(f, message, true)) {
+            drift.push(format!(
+                "{BEHAVIOUR}, \"Messages\": no InvalidConfig format matches {message:?}"
+            ));
+        }
+    }
+    for format in formats.iter().filter(|f| f.contains(['<', '…'])) {
+        if !messages.iter().any(|m| glob(format, m, true)) {
+            drift.push(format!(
+                "{BEHAVIOUR}, \"Messages\": the InvalidConfig format {format:?} matches no message the operator writes"
+            ));
+        }
+    }
+    assert!(drift.is_empty(), "{}", drift.join("\n"));
+}
+
+// ---- start-up errors -----------------------------------------------------------------------
+
+const BIN: &str = env!("CARGO_BIN_EXE_browser-controller");
+
+/// Runs the operator against an API server address nobody listens on, with `flags`: its
+/// stderr. Nothing is reached; it fails at once.
+fn run_unreachable(flags: &[&str]) -> String {
+    let dir = TempDir::new("docs-unreachable");
+    let kubeconfig = dir.join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:{}\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\nusers:\n- name: u\n  user: {{}}\n",
+            free_port()
+        ),
+    )
+    .expect("kubeconfig written");
+    let log = dir.join("stderr");
+    let mut child = std::process::Command::new(BIN)
+        .args(["--metrics-addr=0", "--health-probe-bind-address=0"])
+        .args(flags)
+        .env("KUBECONFIG", &kubeconfig)
+        .env_remove("RUST_LOG")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log file"))
+        .spawn()
+        .expect("the binary starts");
+    let Some(status) = host::wait_exit(&mut child, std::time::Duration::from_secs(20)) else {
+        host::kill(&mut child);
+        panic!("the operator did not exit");
+    };
+    assert!(!status.success(), "the operator exited 0");
+    std::fs::read_to_string(&log).expect("stderr")
+}
+
+/// Where the real JSON record differs from the docs' example, whose strings may hold `…`.
+fn json_difference(path: &str, shown: &serde_json::Value, real: &serde_json::Value) -> Vec<String> {
+    use serde_json::Value;
+    match (shown, real) {
+        (Value::Object(s), Value::Object(r)) => {
+            let keys: BTreeSet<&String> = s.keys().chain(r.keys()).collect();
+            keys.into_iter()
+                .flat_map(|k| match (s.get(k), r.get(k)) {
+                    (Some(s), Some(r)) => json_difference(&format!("{path}.{k}"), s, r),
+                    (Some(_), None) => vec![format!("{path}.{k}: not in the real record")],
+                    _ => vec![format!("{path}.{k}: missing from the example")],
+                })
+                .collect()
+        }
+        (Value::String(s), Value::String(r)) if glob(s, r, false) => Vec::new(),
+        (s, r) if s == r => Vec::new(),
+        (s, r) => vec![format!(
+            "{path}: the example has {s}, the operator prints {r}"
+        )],
+    }
+}
+
+#[test]
+fn start_up_errors_look_as_the_docs_show_them_in_either_log_format() {
+    let page = read(OPERATIONS);
+    let page_sections = sections(&page);
+    let body = section_of(OPERATIONS, &page_sections, "Start-up");
+    let blocks: Vec<String> = pieces(body)
+        .into_iter()
+        .filter_map(|piece| match piece {
+            Piece::Code { text, .. } => Some(text),
+            Piece::Prose { .. } => None,
+        })
+        .collect();
+    let text_example = blocks
+        .iter()
+        .find(|b| b.lines().all(|l| l.starts_with(TEXT_PREFIX)))
+        .unwrap_or_else(|| panic!("{OPERATIONS}: \"Start-up\" shows no start-up error as text"));
+    let json_example = blocks
+        .iter()
+        .find(|b| b.trim_start().starts_with('{'))
+        .unwrap_or_else(|| {
+            panic!("{OPERATIONS}: \"Start-up\" shows no start-up error as a JSON record")
+        });
+
+    let text = run_unreachable(&[]);
+    let (shown, real): (Vec<&str>, Vec<&str>) =
+        (text_example.lines().collect(), text.lines().collect());
+    assert!(
+        shown.len() == real.len() && shown.iter().zip(&real).all(|(s, r)| glob(s, r, false)),
+        "{OPERATIONS}, \"Start-up\": the text example is not what the operator prints:\n{}",
+        first_difference(text_example, &text, "the operator prints")
+    );
+
+    let json = run_unreachable(&["--log-format=json"]);
+    let records: Vec<serde_json::Value> = json
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    let example: serde_json::Value = serde_json::from_str(json_example.trim())
+        .unwrap_or_else(|e| panic!("{OPERATIONS}, \"Start-up\": the JSON example: {e}"));
+    assert_eq!(records.len(), 1, "one record for a start-up error:\n{json}");
+    let difference = json_difference("", &example, &records[0]);
+    assert!(
+        difference.is_empty(),
+        "{OPERATIONS}, \"Start-up\": the JSON example is not what the operator prints:\n{}",
+        difference.join("\n")
+    );
+
+    // The message is a row of the troubleshooting table.
+    let message = real
+        .first()
+        .and_then(|l| l.strip_prefix(TEXT_PREFIX))
+        .unwrap_or_default()
+        .to_string();
+    let undocumented = undocumented_start_up_errors([&message]);
+    assert!(undocumented.is_empty(), "{}", undocumented.join("\n"));
+}
+
+/// `--flag=value` of a message as `--flag`.
+fn without_values(text: &str) -> String {
+    text.split(' ')
+        .map(|word| match word.split_once('=') {
+            Some((flag, _)) if flag.starts_with("--") => flag,
+            _ => word,
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[test]
+fn the_lease_timing_rules_are_documented_as_the_operator_enforces_them() {
+    use std::time::Duration;
+    // Durations around every bound the rules might have.
+    let probes = [0, 500, 1000, 1500, 2000, 3000, 10_000, 15_000].map(Duration::from_millis);
+    let mut messages: BTreeMap<(String, String), String> = BTreeMap::new();
+    for lease in probes {
+        for renew in probes {
+            for retry in probes {
+                let Err(e) = Timing::new(lease, renew, retry) else {
+                    continue;
+                };
+                let message = e.to_string();
+                let flag = long_flags(&message).into_iter().next().unwrap_or_default();
+                let rule = message
+                    .split_once(" must be ")
+                    .map(|(_, rule)| without_values(rule))
+                    .unwrap_or_default();
+                messages.entry((flag, rule)).or_insert(message);
+            }
+        }
+    }
+    assert!(
+        messages.len() >= 3,
+        "expected a rule per timing flag: {messages:?}"
+    );
+    let page = read(OPERATIONS);
+    let (_, rows) = first_table(section_of(
+        OPERATIONS,
+        &sections(&page),
+        "Flags and environment",
+    ));
+    let mut drift = Vec::new();
+    let flags: BTreeSet<&String> = messages.keys().map(|(flag, _)| flag).collect();
+    for flag in flags {
+        let enforced: BTreeSet<&String> = messages
+            .keys()
+            .filter(|(f, _)| f == flag)
+            .map(|(_, rule)| rule)
+            .collect();
+        let row = rows
+            .iter()
+            .find(|row| ticked(&row["flag"]).first() == Some(flag))
+            .unwrap_or_else(|| panic!("{OPERATIONS}: no row for {flag}"));
+        let meaning = row["meaning"].replace('`', "");
+        let documented: BTreeSet<String> = meaning
+            .split(';')
+            .filter_map(|clause| clause.trim().strip_prefix("must be "))
+            .map(str::to_string)
+            .collect();
+        let documented: BTreeSet<&String> = documented.iter().collect();
+        if documented != enforced {
+            drift.push(format!(
+                "{OPERATIONS}, \"Flags and environment\": {flag} must be {enforced:?}, the docs say {documented:?}"
+            ));
+        }
+    }
+    drift.extend(undocumented_start_up_errors(messages.values()));
+    assert!(drift.is_empty(), "{}", drift.join("\n"));
+}
+
+// ---- claims about the Go controller and the render help ------------------------------------
+
+/// The rules the selenosis Helm chart's ClusterRole must gain (`deploy/HELM-VALUES.md`, the
+/// rows whose action is plainly "add"), each as (group, resource).
+fn rules_the_chart_lacks() -> Vec<(String, String)> {
+    let page = "deploy/HELM-VALUES.md";
+    let text = read(page);
+    let page_sections = sections(&text);
+    let (_, body) = page_sections
+        .iter()
+        .find(|(h, _)| h.starts_with("RBAC"))
+        .unwrap_or_else(|| panic!("{page}: no RBAC section"));
+    let (header, rows) = first_table(body);
+    let rule = header.first().expect("a table of rules");
+    rows.iter()
+        .filter(|row| row.get("action").map(|a| a.trim_matches('*')) == Some("add"))
+        .filter_map(|row| {
+            let names = ticked(row.get(rule)?);
+            Some((names.first()?.clone(), names.get(1)?.clone()))
+        })
+        .collect()
+}
+
+/// Paragraphs of prose (blank-line separated), each table row on its own.
+fn paragraphs(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for piece in pieces(text) {
+        let Piece::Prose { text, .. } = piece else {
+            continue;
+        };
+        for paragraph in text.split("\n\n") {
+            if paragraph.trim_start().starts_with('|') {
+                out.extend(paragraph.lines().map(str::to_string));
+            } else {
+                out.push(paragraph.to_string());
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn a_drop_in_claim_names_the_rbac_rules_the_go_controller_lacks() {
+    let lacking = rules_the_chart_lacks();
+    assert!(
+        !lacking.is_empty(),
+        "deploy/HELM-VALUES.md names no rule to add"
+    );
+    // Only what the operator asks for belongs there, in either layout.
+    let split = resolved_kinds(
+        Layout::SplitGroups.browser_group(),
+        Layout::SplitGroups.browserconfig_group(),
+    );
+    let required = permissions::required(&split, &[]);
+    for (group, resource) in &lacking {
+        assert!(
+            required
+                .iter()
+                .any(|a| a.group == *group && a.resource == *resource),
+            "deploy/HELM-VALUES.md: the operator does not need {group} {resource}"
+        );
+    }
+    let mut claims = 0;
+    let mut drift = Vec::new();
+    for page in pages() {
+        for paragraph in paragraphs(&read(&page)) {
+            if !paragraph.to_lowercase().contains("drop-in") {
+                continue;
+            }
+            claims += 1;
+            for (group, _) in &lacking {
+                if !paragraph.contains(group.as_str()) {
+                    drift.push(format!(
+                        "{page}: calls the operator a drop-in replacement without naming the {group} rule the Go controller's RBAC lacks:\n{}",
+                        paragraph.trim()
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        claims > 0,
+        "no page says the operator is a drop-in replacement"
+    );
+    assert!(drift.is_empty(), "{}", drift.join("\n"));
+}
+
+/// The help of one option in clap's long help: its line and the indented lines below it.
+fn option_help(help: &str, flag: &str) -> Option<String> {
+    let mut current: Option<(bool, String)> = None;
+    let mut found = None;
+    for line in help.lines() {
+        let indent = line.len() - line.trim_start().len();
+        if line.trim_start().starts_with('-') && indent <= 6 {
+            if let Some((true, text)) = current.take() {
+                found = Some(text);
+            }
+            current = Some((
+                long_flags(line).contains(&flag.to_string()),
+                line.to_string(),
+            ));
+        } else if let Some((_, text)) = current.as_mut() {
+            text.push(' ');
+            text.push_str(line.trim());
+        }
+    }
+    if let Some((true, text)) = current {
+        found = Some(text);
+    }
+    found
+}
+
+#[test]
+fn render_help_and_docs_say_when_the_browser_file_is_required() {
+    let mut root = Cli::command();
+    root.build();
+    let render = root
+        .find_subcommand("render")
+        .expect("a render subcommand")
+        .clone();
+    let parse = |extra: &[&str]| {
+        let mut args = vec!["render", "--config", "c.yaml"];
+        args.extend_from_slice(extra);
+        render.clone().try_get_matches_from(args)
+    };
+    // Which option `render --config FILE` alone lacks.
+    let missing = parse(&[]).expect_err("render needs more than --config");
+    assert_eq!(
+        missing.kind(),
+        clap::error::ErrorKind::MissingRequiredArgument
+    );
+    let needed = match missing.get(clap::error::ContextKind::InvalidArg) {
+        Some(clap::error::ContextValue::Strings(names)) => long_flags(&names.join(" ")),
+        other => panic!("no missing argument named: {other:?}"),
+    };
+    assert_eq!(needed.len(), 1, "{needed:?}");
+    let needed = &needed[0];
+    // The switches that make it unnecessary.
+    let instead: Vec<String> = render
+        .get_arguments()
+        .filter(|arg| matches!(arg.get_action(), clap::ArgAction::SetTrue))
+        .filter_map(|arg| arg.get_long().map(|l| format!("--{l}")))
+        .filter(|switch| parse(&[switch.as_str()]).is_ok())
+        .collect();
+    assert!(
+        !instead.is_empty(),
+        "{needed} is required without exception"
+    );
+
+    let says_when = |text: &str| {
+        text.to_lowercase().contains("required")
+            && instead
+                .iter()
+                .all(|switch| long_flags(text).contains(switch))
+    };
+    let help = render.clone().render_long_help().to_string();
+    let shown = option_help(&help, needed).unwrap_or_else(|| panic!("{needed} not in:\n{help}"));
+    let mut drift = Vec::new();
+    if !says_when(&shown) {
+        drift.push(format!(
+            "`render --help` does not say that {needed} is required unless {instead:?} is given: {shown:?}"
+        ));
+    }
+    let page = read(OPERATIONS);
+    let (_, rows) = first_table(section_of(OPERATIONS, &sections(&page), "`render`"));
+    let row = rows
+        .iter()
+        .find(|row| ticked(&row["flag"]).first() == Some(needed))
+        .unwrap_or_else(|| panic!("{OPERATIONS}: no row for {needed}"));
+    let documented = format!("{} {}", row["flag"], row["meaning"]);
+    if !says_when(&documented) {
+        drift.push(format!(
+            "{OPERATIONS}, \"`render`\": the row of {needed} does not say that it is required unless {instead:?} is given"
+        ));
+    }
+    assert!(drift.is_empty(), "{}", drift.join("\n"));
 }

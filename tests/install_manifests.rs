@@ -46,7 +46,7 @@ fn objects(dir: &str) -> Vec<Value> {
 
 fn all_objects() -> Vec<Value> {
     let mut all = objects("rbac");
-    all.extend(objects("deploy"));
+    all.extend(objects(OPERATOR));
     all
 }
 
@@ -61,7 +61,7 @@ fn the(kind: &str) -> Value {
 
 #[test]
 fn every_file_holds_only_kubernetes_objects() {
-    for dir in ["rbac", NAMESPACED, PREPULL, "deploy"] {
+    for dir in ["rbac", NAMESPACED, PREPULL, OPERATOR] {
         for path in applied_files(dir) {
             let objects = manifest::read_file(&path).unwrap();
             assert!(!objects.is_empty(), "{}", path.display());
@@ -238,6 +238,7 @@ fn the_lease_is_granted_by_a_role_in_the_operators_namespace_only() {
 }
 
 const NAMESPACED: &str = "rbac/namespaced";
+const OPERATOR: &str = "deploy/operator";
 /// The watched namespace of the shipped example.
 const WATCHED: &str = "selenosis";
 
@@ -648,15 +649,15 @@ fn file_names(dir: &str) -> BTreeSet<String> {
 
 #[test]
 fn kustomizations_cover_what_kubectl_apply_f_covers() {
-    // `kubectl apply -k deploy/` and `kubectl apply -f crds/ -f rbac/ -f deploy/` install the
-    // same objects.
-    for dir in ["crds", "rbac"] {
+    // `kubectl apply -k deploy/` and `kubectl apply -f crds/ -f rbac/ -f deploy/operator/`
+    // install the same objects; each overlay's extra RBAC folder lists its files as
+    // `kubectl apply -f` would take them (rbac/prepull/ only the rules of all namespaces).
+    for dir in ["crds", "rbac", NAMESPACED, OPERATOR] {
         let listed: BTreeSet<String> = kustomization(dir).into_iter().collect();
         assert_eq!(listed, file_names(dir), "{dir}/Kustomization");
     }
-    let mut expected = vec!["../crds".to_string(), "../rbac".to_string()];
-    expected.extend(file_names("deploy"));
-    assert_eq!(kustomization("deploy"), expected);
+    assert_eq!(kustomization(PREPULL), ["cluster-role.yaml"]);
+    assert_eq!(kustomization("deploy"), ["../crds", "../rbac", "operator"]);
 }
 
 /// Verbs of a cell of deploy/HELM-VALUES.md: `get, create, patch`, possibly followed by an
@@ -694,4 +695,126 @@ fn helm_values_table_states_the_verbs_rbac_grants() {
         rows += 1;
     }
     assert!(rows >= 10, "the table was not found: {rows} rows");
+}
+
+/// The objects `kubectl kustomize` builds from `dir`; `None` when kubectl is not installed.
+fn kustomized(dir: &str) -> Option<Vec<Value>> {
+    let output = match std::process::Command::new("kubectl")
+        .args(["kustomize", &repo().join(dir).display().to_string()])
+        .output()
+    {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+        Err(e) => panic!("kubectl kustomize {dir}: {e}"),
+        Ok(output) => output,
+    };
+    assert!(
+        output.status.success(),
+        "kubectl kustomize {dir}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let text = String::from_utf8_lossy(&output.stdout);
+    Some(manifest::parse(&text, std::path::Path::new(dir)).unwrap())
+}
+
+/// `kind/namespace/name` of each object.
+fn identities(objects: &[Value]) -> BTreeSet<String> {
+    objects
+        .iter()
+        .map(|o| {
+            format!(
+                "{}/{}/{}",
+                o["kind"].as_str().unwrap_or_default(),
+                o["metadata"]["namespace"].as_str().unwrap_or_default(),
+                o["metadata"]["name"].as_str().unwrap_or_default()
+            )
+        })
+        .collect()
+}
+
+/// The value of the operator container's env variable `name` in the built Deployment.
+fn deployment_env(objects: &[Value], name: &str) -> Option<String> {
+    let deployment = objects.iter().find(|o| o["kind"] == "Deployment")?;
+    deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_array()?
+        .iter()
+        .find(|e| e["name"] == name)?["value"]
+        .as_str()
+        .map(String::from)
+}
+
+#[test]
+fn the_overlays_build_with_kubectl_kustomize_into_the_install_they_promise() {
+    let Some(base) = kustomized("deploy") else {
+        println!("note: kubectl is not installed; the kustomizations were not built");
+        return;
+    };
+    // The base is `kubectl apply -f crds/ -f rbac/ -f deploy/operator/`.
+    let mut applied: Vec<Value> = objects("crds");
+    applied.extend(all_objects());
+    assert_eq!(identities(&base), identities(&applied));
+
+    // The operator reads the variables the overlays set.
+    let mut cli = <Cli as clap::CommandFactory>::command();
+    cli.build();
+    let reads = |variable: &str| {
+        cli.get_arguments()
+            .any(|a| a.get_env().is_some_and(|e| e == variable))
+    };
+
+    // Namespace-scoped: no rights in all namespaces but the access review; the Role of
+    // rbac/namespaced/ in `selenosis`, which the operator is told to watch.
+    let namespaced = kustomized("deploy/overlays/namespaced").unwrap();
+    let ids = identities(&namespaced);
+    for cluster_wide in [
+        "ClusterRole//browser-controller",
+        "ClusterRoleBinding//browser-controller",
+    ] {
+        assert!(!ids.contains(cluster_wide), "{cluster_wide}: {ids:?}");
+    }
+    for wanted in [
+        "Role/selenosis/browser-controller",
+        "RoleBinding/selenosis/browser-controller",
+        "ClusterRole//browser-controller-access-review",
+        "Role/browser-controller/browser-controller-leader-election",
+        "Deployment/browser-controller/browser-controller",
+        "CustomResourceDefinition//browsers.selenosis.io",
+    ] {
+        assert!(ids.contains(wanted), "{wanted}: {ids:?}");
+    }
+    assert!(reads("WATCH_NAMESPACE"));
+    assert_eq!(
+        deployment_env(&namespaced, "WATCH_NAMESPACE").as_deref(),
+        Some("selenosis")
+    );
+    // The env of the base is still there (a patch merges, it does not replace).
+    let env_names = |objects: &[Value]| -> Vec<String> {
+        let deployment = objects.iter().find(|o| o["kind"] == "Deployment").unwrap();
+        deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    for name in env_names(&base) {
+        assert!(env_names(&namespaced).contains(&name), "{name}");
+    }
+
+    // Pre-pull: everything of the base, the DaemonSet rules, and the flag on.
+    let prepull = kustomized("deploy/overlays/prepull").unwrap();
+    let ids = identities(&prepull);
+    assert!(ids.is_superset(&identities(&base)), "{ids:?}");
+    assert!(
+        ids.contains("ClusterRole//browser-controller-prepull"),
+        "{ids:?}"
+    );
+    assert!(
+        ids.contains("ClusterRoleBinding//browser-controller-prepull"),
+        "{ids:?}"
+    );
+    assert!(reads("ENABLE_PREPULL"));
+    assert_eq!(
+        deployment_env(&prepull, "ENABLE_PREPULL").as_deref(),
+        Some("true")
+    );
 }

@@ -292,6 +292,16 @@ fn stalling_client(
     Client::new(service, "default")
 }
 
+/// `browser_controller_leader` as the replica's /metrics shows it.
+async fn leader_gauge(port: u16) -> Option<i64> {
+    let (_, body) = tokio::task::spawn_blocking(move || http_get(port, "/metrics"))
+        .await
+        .unwrap()?;
+    body.lines()
+        .find_map(|l| l.strip_prefix("browser_controller_leader "))
+        .and_then(|v| v.trim().parse().ok())
+}
+
 async fn readyz(port: u16) -> Option<(u16, String)> {
     tokio::task::spawn_blocking(move || http_get(port, "/readyz"))
         .await
@@ -318,7 +328,10 @@ async fn only_the_holder_reconciles_and_a_released_lease_is_taken_over_at_once()
     let health = free_port();
     let (a, b, a_identity) = leader_and_standby(
         &cluster,
-        &[&format!("--health-probe-bind-address=127.0.0.1:{health}")],
+        &[
+            &format!("--health-probe-bind-address=127.0.0.1:{health}"),
+            &format!("--metrics-addr=127.0.0.1:{health}"),
+        ],
     )
     .await;
 
@@ -335,6 +348,7 @@ async fn only_the_holder_reconciles_and_a_released_lease_is_taken_over_at_once()
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    assert_eq!(leader_gauge(health).await, Some(0), "the standby's gauge");
     let sampler = Sampler::start(a.metrics.clone(), b.metrics.clone());
     let creator = cluster.keep_creating("s");
     cluster.until_running("s-0").await;
@@ -372,6 +386,11 @@ async fn only_the_holder_reconciles_and_a_released_lease_is_taken_over_at_once()
     // The new leader reports ready once its caches are synced, and releases on its stop too.
     let (status, body) = readyz(health).await.expect("/readyz answers");
     assert_eq!((status, body.as_str()), (200, "ok"));
+    assert_eq!(
+        leader_gauge(health).await,
+        Some(1),
+        "the new leader's gauge"
+    );
     b.stop().await.expect("the new leader stops cleanly");
     assert_eq!(cluster.holder(), None, "the Lease was released");
     assert_lease_verbs_are_granted(&cluster.server);

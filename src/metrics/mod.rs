@@ -111,6 +111,7 @@ pub struct Metrics {
     events_dropped: Family<EventTypeLabels, Counter>,
     api_reachable: Gauge,
     api_unreachable: Counter,
+    leader: Gauge,
     caches: Arc<Caches>,
 }
 
@@ -213,6 +214,12 @@ impl Metrics {
             "Times the API server stopped answering the operator's probes",
             api_unreachable.clone(),
         );
+        let leader = Gauge::default();
+        registry.register(
+            "leader",
+            "1 while this replica reconciles (it holds the Lease, or runs without leader election), 0 while it stands by",
+            leader.clone(),
+        );
         let caches = Arc::new(Caches::default());
         registry.register_collector(Box::new(CacheGauges(caches.clone())));
         Self {
@@ -232,6 +239,7 @@ impl Metrics {
             events_dropped,
             api_reachable,
             api_unreachable,
+            leader,
             caches,
         }
     }
@@ -303,6 +311,11 @@ impl Metrics {
         self.watch_resync
             .get_or_create(&ResourceLabels { resource })
             .observe(down.as_secs_f64());
+    }
+
+    /// Whether this replica reconciles now; set at each scrape.
+    pub fn leader(&self, leads: bool) {
+        self.leader.set(i64::from(leads));
     }
 
     /// Records whether the API server answers the link's probes; a loss is counted.

@@ -25,6 +25,7 @@
 //! (configs and the Pod schema), `upgrades` (older CRD sets, both layouts), `rbac` (scope),
 //! `prepull` and `kubectl`. They see the private items of this file, as child modules do.
 
+mod check;
 mod config;
 mod hostile;
 mod kubectl;
@@ -927,6 +928,40 @@ impl Ctx {
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
 
+    /// Runs `browser-controller check` with the admin's kubeconfig (a cluster admin may
+    /// impersonate the operator's ServiceAccount): whether it passed, and its report.
+    async fn check(&self, args: &[&str]) -> (bool, String) {
+        let (passed, report, _) = self.check_with(&self.be.admin_kubeconfig, args).await;
+        (passed, report)
+    }
+
+    /// [`Ctx::check`] with another kubeconfig; also returns what it logged.
+    async fn check_with(&self, kubeconfig: &Path, args: &[&str]) -> (bool, String, String) {
+        let mut command = Command::new(BIN);
+        command
+            .arg("check")
+            .args(args)
+            .env("KUBECONFIG", kubeconfig)
+            .env_remove("RUST_LOG")
+            .env_remove("WATCH_NAMESPACE")
+            .stdin(Stdio::null());
+        let shown = args.join(" ");
+        let output = tokio::task::spawn_blocking(move || command.output())
+            .await
+            .unwrap()
+            .unwrap_or_else(|e| panic!("browser-controller check {shown}: {e}"));
+        let report = String::from_utf8_lossy(&output.stdout).into_owned();
+        println!(
+            "    check {shown}:\n{}",
+            report
+                .lines()
+                .map(|l| format!("      {l}\n"))
+                .collect::<String>()
+        );
+        let log = String::from_utf8_lossy(&output.stderr).into_owned();
+        (output.status.success(), report, log)
+    }
+
     /// Runs kubectl with the admin's kubeconfig; `None` when kubectl is not installed.
     async fn kubectl(&self, args: &[&str]) -> Option<String> {
         let mut command = Command::new("kubectl");
@@ -1161,6 +1196,9 @@ fn scenarios() -> Vec<Scenario> {
         ),
         scenario!(upgrades::split_group_layout_runs_the_same, true, Layout::SplitGroups),
         scenario!(rbac::namespace_scoped_with_only_the_namespaced_rbac, true),
+        scenario!(check::check_passes_on_a_complete_install_and_names_what_is_missing,
+            true
+        ),
         scenario!(prepull::prepull_daemon_sets_follow_the_config_and_report_progress,
             true
         ),

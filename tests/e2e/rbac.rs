@@ -143,6 +143,30 @@ pub(crate) async fn namespace_scoped_with_only_the_namespaced_rbac(cx: Arc<Ctx>)
     // Nothing the operator asked for was refused.
     let log = std::fs::read_to_string(&cx.log).unwrap_or_default();
     assert!(!log.contains("forbidden"), "{log}");
+
+    // `check` with the same mode passes; asked for cluster-wide mode, it names what this
+    // ServiceAccount lacks and the namespaced alternative.
+    let sa = format!("--service-account={operator_ns}/browser-controller");
+    let (passed, report) = cx
+        .check(&[
+            &sa,
+            &format!("--namespace={}", cx.ns),
+            "--enable-leader-election",
+            &format!("--leader-election-namespace={operator_ns}"),
+        ])
+        .await;
+    assert!(passed, "{report}");
+    let (passed, report) = cx
+        .check(&[&sa, &format!("--dry-run-namespace={}", cx.ns)])
+        .await;
+    assert!(!passed, "{report}");
+    assert!(
+        report.contains("FAIL  permissions:")
+            && report.contains("missing permission: cannot list browsers")
+            && report.contains("in all namespaces")
+            && report.contains("rbac/namespaced/"),
+        "{report}"
+    );
 }
 
 /// Grants of `rbac/` the operator needs without ever calling them: the API server asks for

@@ -7,7 +7,7 @@ use std::time::Duration;
 use kube::api::DeleteParams;
 use serde_json::{Value, json};
 
-use browser_controller::api::crd::Layout;
+use browser_controller::api::crd::{self, Layout, compare};
 
 use crate::support::controlplane;
 use crate::support::crd_history;
@@ -79,9 +79,46 @@ pub(crate) async fn crds_applied_over_older_sets_keep_objects_and_sessions(cx: A
             )
             .await;
 
+        // `check` tells the older CRDs by the fields they lack, read from the server.
+        let groups = [
+            format!("--browser-api-group={}", layout.browser_group()),
+            format!("--browserconfig-api-group={}", layout.browserconfig_group()),
+            format!("--dry-run-namespace={}", cx.ns),
+        ];
+        let groups: Vec<&str> = groups.iter().map(String::as_str).collect();
+        let lacking: Vec<String> = crds
+            .iter()
+            .flat_map(|old| {
+                let name = &old["metadata"]["name"];
+                let ours = Layout::ALL
+                    .into_iter()
+                    .flat_map(crd::crds)
+                    .find(|c| &c["metadata"]["name"] == name);
+                ours.map(|ours| compare::missing_fields(old, &ours))
+                    .unwrap_or_default()
+            })
+            .collect();
+        let (_, report) = cx.check(&groups).await;
+        let crds_line = report
+            .lines()
+            .find(|l| l.contains(" CRDs: "))
+            .unwrap_or_else(|| panic!("{label}: no CRDs line:\n{report}"));
+        match lacking.first() {
+            Some(field) => assert!(
+                crds_line.starts_with("FAIL ") && report.contains(field.as_str()),
+                "{label}: lacks {lacking:?}:\n{report}"
+            ),
+            None => assert!(crds_line.starts_with("ok "), "{label}:\n{report}"),
+        }
+
         install_crds(&cx.be.client)
             .await
             .unwrap_or_else(|e| panic!("crds/ over {label}: {e}"));
+        let (_, report) = cx.check(&groups).await;
+        assert!(
+            report.lines().any(|l| l.starts_with("ok    CRDs: ")),
+            "{label}: after crds/:\n{report}"
+        );
         let kept = cx
             .api(&browser)
             .get(&name)

@@ -2,15 +2,17 @@
 //! generation in both group layouts (docs/compatibility.md, "API-group layouts") and the files
 //! under `crds/`.
 //!
-//! The schemas come from the private `types` module, whose types only describe them: the
-//! operator reads and writes both kinds as untyped JSON. Nested core types (affinity,
+//! The schemas come from the `types` module, whose types only describe them, and the Browser
+//! status type (`api::status`): the operator reads both kinds as untyped JSON. Nested core types (affinity,
 //! volumes, probes …) are open objects, so the CRDs do not freeze one Kubernetes version's
 //! Pod schema and stay far below the size limit of client-side apply.
 //!
 //! `layout` holds the group layouts, `release` the schema features per Kubernetes release,
 //! `definition` the CRD objects, `structural` the schema generation, `types` the schema
-//! types, and `output` the YAML and the files.
+//! types, `output` the YAML and the files, and `compare` whether an installed CRD has every
+//! field of these.
 
+pub mod compare;
 mod definition;
 mod layout;
 mod output;
