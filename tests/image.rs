@@ -282,3 +282,37 @@ fn the_image_runs_the_binary_as_the_non_root_user() {
     assert!(runtime.contains(&&"USER 65532:65532".to_string()));
     assert!(runtime.contains(&&"ENTRYPOINT [\"/browser-controller\"]".to_string()));
 }
+
+/// `MAJOR.MINOR` of a Rust version (`1.95.0` → (1, 95)); a Docker tag such as `1.91-bookworm`
+/// counts by its version.
+fn rust_release(version: &str) -> (u32, u32) {
+    let mut parts = version
+        .split(['.', '-'])
+        .map(|p| p.parse::<u32>().unwrap_or(0));
+    (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
+}
+
+#[test]
+fn the_pinned_toolchain_and_the_image_meet_the_crates_minimum() {
+    let toolchain = read("rust-toolchain.toml");
+    let pinned = toolchain
+        .lines()
+        .find_map(|l| l.strip_prefix("channel = "))
+        .map(|v| v.trim_matches('"').to_string())
+        .expect("rust-toolchain.toml pins a channel");
+    // A release, not a moving channel: builds are reproducible.
+    assert_eq!(pinned.split('.').count(), 3, "{pinned}");
+    let minimum = rust_release(&package("rust-version"));
+    assert!(rust_release(&pinned) >= minimum, "{pinned} < {minimum:?}");
+    let image = arg("RUST_IMAGE").expect("the Dockerfile names its Rust image");
+    let tag = image
+        .split(':')
+        .nth(1)
+        .and_then(|t| t.split('@').next())
+        .unwrap_or_default();
+    assert!(rust_release(tag) >= minimum, "{image}");
+    // The README names the pin.
+    assert!(read("README.md").contains(&format!("pins {pinned}")));
+    // CI links the same release when rustup cannot download it: it reads the same file.
+    assert!(read(".ci/run").contains("rust-toolchain.toml"));
+}

@@ -61,6 +61,15 @@ async fn apply_crds(cx: &Ctx, label: &str, crds: &[Value]) {
 /// `crds/` applied over each older set of CRDs keeps the objects stored under it, and the
 /// operator then runs their sessions. Runs before any other scenario: it installs the CRDs.
 pub(crate) async fn crds_applied_over_older_sets_keep_objects_and_sessions(cx: Arc<Ctx>) {
+    // No CRD is installed yet: `check` says so, with the fix, and skips what rests on them.
+    let (passed, report) = cx.check(&[&format!("--dry-run-namespace={}", cx.ns)]).await;
+    assert!(!passed, "{report}");
+    assert!(
+        report.contains("FAIL  CRDs: ")
+            && report.contains("fix: kubectl apply --server-side -f crds/")
+            && report.contains("skip  pod dry run: "),
+        "without CRDs:\n{report}"
+    );
     for (label, layout, crds) in older_crd_sets() {
         apply_crds(&cx, &label, &crds).await;
         let config = config_resource(layout);
