@@ -67,7 +67,7 @@ use support::apiserver::ApiServer;
 use support::controlplane::{self, Assets, ControlPlane};
 use support::host::TempDir;
 use support::kinds;
-use support::kubelet::{Kubelet, KubeletConfig, Script};
+use support::kubelet::{Kubelet, KubeletConfig, KubeletHandle, Script};
 use under_test::{Launch, Operator};
 
 #[global_allocator]
@@ -104,6 +104,12 @@ struct Args {
     /// Passed to the operator as --max-workers (default: the operator's own default).
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
     max_workers: Option<u16>,
+    /// Mixed load: each session of the operator run ends this long after its pod runs (the
+    /// seleniferous container exits), so that new sessions start while others end and are
+    /// cleaned up. Without it, sessions last until the benchmark deletes their Browsers.
+    #[arg(long, value_name = "DURATION", num_args = 0..=1, default_missing_value = "1.5s",
+          value_parser = duration::parse)]
+    session_end: Option<Duration>,
     /// Write the results as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -194,6 +200,7 @@ struct Plan {
     idle_window: Duration,
     step_delay: Duration,
     max_workers: Option<u16>,
+    session_end: Option<Duration>,
     namespace: String,
     kubeconfig: Option<PathBuf>,
     operator_binary: Option<PathBuf>,
@@ -219,6 +226,7 @@ impl From<&Args> for Plan {
             idle_window: args.idle_window,
             step_delay: args.step_delay,
             max_workers: args.max_workers,
+            session_end: args.session_end,
             namespace: args.namespace.clone(),
             kubeconfig: args.kubeconfig.clone(),
             operator_binary: args.operator_binary.clone(),
@@ -700,6 +708,7 @@ struct Ctx<'a> {
     observer: Observer,
     /// kube-apiserver and etcd, when the benchmark started them.
     server: Option<ServerPids>,
+    kubelet: KubeletHandle,
 }
 
 impl Ctx<'_> {
@@ -934,7 +943,7 @@ async fn bench(
     ensure_namespace(&client, &plan.namespace).await?;
     let fixture = Fixture::load(&plan.namespace, &kinds)?;
     let observer = Observer::start(&backend, &plan.namespace, &kinds).await?;
-    let _kubelet = Kubelet::start_with(
+    let kubelet = Kubelet::start_with(
         backend.client()?,
         "bench-node",
         Script::Run,
@@ -950,6 +959,7 @@ async fn bench(
         fixture,
         observer,
         server,
+        kubelet,
     };
     let setup = Setup {
         backend: backend.describe()
@@ -964,6 +974,7 @@ async fn bench(
         rate: plan.rate,
         step_delay: plan.step_delay,
         max_workers: plan.max_workers,
+        session_end: plan.session_end,
         threads,
         smoke: plan.smoke,
     };
@@ -1173,7 +1184,7 @@ async fn ideal(ctx: &Ctx<'_>, backend: &Backend, runtime: &Handle) -> Result<Ide
     let server_cpu = server_since(ctx.server_cpu()?, server_start);
     let flow = ctx.flow(&names, &created, Some(&client.log), server_cpu, client_cpu);
     let writes = report::writes_of(&client.log.counts());
-    let duplicates = client.log.duplicates();
+    let duplicates = client.log.duplicates(false);
     drop(client);
 
     force_delete_pods(ctx, &names).await?;
@@ -1210,9 +1221,27 @@ async fn provision(ctx: &Ctx<'_>, op: &mut Operator) -> Result<(Run, Cost), Benc
     let names = names("b-", 0..n);
     let server_start = ctx.server_cpu()?;
     let cpu_start = op.cpu()?;
+    if let Some(after) = ctx.plan.session_end {
+        for name in &names {
+            ctx.kubelet.set(
+                name,
+                Script::ExitAfterRunning {
+                    container: "seleniferous".into(),
+                    exit_code: 0,
+                    after,
+                },
+            );
+        }
+    }
     let created = ctx.create_browsers(&names, ctx.plan.rate).await?;
-    ctx.wait_running(&names, || op.check(), !ctx.plan.smoke)
-        .await?;
+    if ctx.plan.session_end.is_some() {
+        // Mixed load: every session ends by itself; the phase is over when the operator has
+        // cleaned all of them up. What the watches saw on the way is the figure.
+        ctx.wait_gone("b-", n, || op.check()).await?;
+    } else {
+        ctx.wait_running(&names, || op.check(), !ctx.plan.smoke)
+            .await?;
+    }
     let cpu_running = op.cpu()?;
     let server_running = ctx.server_cpu()?;
     let metrics_running = op.metrics().await?;
@@ -1225,7 +1254,9 @@ async fn provision(ctx: &Ctx<'_>, op: &mut Operator) -> Result<(Run, Cost), Benc
     );
 
     let delete_start = Instant::now();
-    ctx.delete_browsers(&names).await?;
+    if ctx.plan.session_end.is_none() {
+        ctx.delete_browsers(&names).await?;
+    }
     ctx.wait_gone("b-", n, || op.check()).await?;
     let (browsers_gone, pods_gone) = ctx.observer.with(|s| (s.browser_gone, s.pod_gone));
     let cpu_end = op.cpu()?;
@@ -1243,7 +1274,9 @@ async fn provision(ctx: &Ctx<'_>, op: &mut Operator) -> Result<(Run, Cost), Benc
     };
     let mut cost = Cost::from_metrics(&metrics_running, &metrics_end);
     cost.requests = op.log().map(RequestLog::counts);
-    cost.duplicates = op.log().map(RequestLog::duplicates);
+    cost.duplicates = op
+        .log()
+        .map(|log| log.duplicates(ctx.plan.session_end.is_some()));
     cost.cpu_delete = cpu_end.since(&cpu_running);
     cost.memory = op.memory()?;
     Ok((run, cost))

@@ -19,6 +19,8 @@ pub struct Setup {
     pub rate: Option<f64>,
     pub step_delay: Duration,
     pub max_workers: Option<u16>,
+    /// Mixed load: the operator run's sessions end this long after their pod runs.
+    pub session_end: Option<Duration>,
     /// Worker threads of each runtime (operator, benchmark).
     pub threads: usize,
     pub smoke: bool,
@@ -438,6 +440,13 @@ impl Report {
             "  load          {n} Browsers (and bare pods), client concurrency {}, {rate}; operator --max-workers {workers}; {} worker threads for each runtime",
             s.concurrency, s.threads
         );
+        if let Some(end) = s.session_end {
+            let _ = writeln!(
+                out,
+                "  mixed load    the operator run's sessions end {} ms after their pod runs (the ideal client's last)",
+                fmt_ms(end)
+            );
+        }
 
         // The comparison: bare pods, the ideal client and the operator side by side.
         let _ = writeln!(
@@ -905,6 +914,7 @@ impl Report {
                 "rate_per_second": s.rate,
                 "kubelet_step_delay_ms": ms(s.step_delay),
                 "operator_max_workers": s.max_workers,
+                "session_end_ms": s.session_end.map(ms),
                 "worker_threads": s.threads,
                 "smoke": s.smoke,
             },

@@ -139,15 +139,15 @@ impl RequestLog {
         self.lock().counts.clone()
     }
 
-    /// Writes to single objects beyond what the path needs ([`needed_writes`]), by
-    /// `verb resource`: for each object, the writes of one verb to one resource past that
-    /// number. Keys without any are left out.
-    pub fn duplicates(&self) -> BTreeMap<String, u64> {
+    /// Writes to single objects beyond what the path needs ([`needed_writes`]; `ended`: the
+    /// sessions end by themselves), by `verb resource`: for each object, the writes of one
+    /// verb to one resource past that number. Keys without any are left out.
+    pub fn duplicates(&self, ended: bool) -> BTreeMap<String, u64> {
         self.lock()
             .writes
             .iter()
             .filter_map(|(key, objects)| {
-                let needed = needed_writes(key);
+                let needed = needed_writes(key, ended);
                 let extra: u64 = objects
                     .values()
                     .map(|&n| u64::from(n.saturating_sub(needed)))
@@ -167,8 +167,13 @@ pub fn is_write(verb: &str) -> bool {
 }
 
 /// Writes of one `verb resource` to one Browser or pod that a session needs: two status
-/// applies (`Pending` once the pod is created, `Running` with its pod IP), one of everything
-/// else (metadata apply, pod apply, pod delete, Browser delete, finalizer release).
-pub fn needed_writes(key: &str) -> u32 {
-    if key == "apply browsers/status" { 2 } else { 1 }
+/// applies (`Pending` once the pod is created, `Running` with its pod IP), and a third when
+/// the session ends by itself (`ended`: its end), one of everything else (metadata apply, pod
+/// apply, pod delete, Browser delete, finalizer release).
+pub fn needed_writes(key: &str, ended: bool) -> u32 {
+    match key {
+        "apply browsers/status" if ended => 3,
+        "apply browsers/status" => 2,
+        _ => 1,
+    }
 }
