@@ -9,15 +9,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
-use kube::api::DynamicObject;
-use kube::core::ApiResource;
-use kube::runtime::reflector::store::Writer;
-use kube::runtime::watcher;
 use serde_json::{Value, json};
 
-use browser_controller::cached::CachedBrowser;
 use browser_controller::manifest;
-use browser_controller::metrics::{CacheRegistration, Metrics, Stage};
+use testkit::metrics::{Families, exported};
 
 const MONITORING: &str = "deploy/monitoring";
 const SERVICE_MONITOR: &str = "deploy/monitoring/service-monitor.yaml";
@@ -93,149 +88,7 @@ fn dashboard() -> Value {
 
 // ---- what the operator exports -----------------------------------------------------------
 
-/// One exported family: its type and the label names its samples carry (`le` aside).
-#[derive(Clone, Debug)]
-struct Family {
-    kind: String,
-    labels: BTreeSet<String>,
-}
-
-/// Families by the name users query (counters with `_total`).
-type Families = BTreeMap<String, Family>;
-
-/// A `Metrics` with a sample in every family: each recording method once, and a Browser, a
-/// BrowserConfig and a pre-pull DaemonSet in the caches the gauges read (as tests/docs.rs
-/// builds it for the metrics table).
-fn metrics_with_every_family() -> (Metrics, Vec<CacheRegistration>) {
-    let metrics = Metrics::new();
-    metrics.write("apply", "pods");
-    metrics.pod_create_error(403);
-    metrics.failure("ConfigNotFound");
-    metrics.reconcile_error("write");
-    metrics.deletion("external");
-    metrics.watch_error("pods");
-    metrics.watch_restart("pods");
-    metrics.event_dropped(false);
-    metrics.watch_resync("pods", std::time::Duration::from_secs(3));
-    drop(metrics.reconcile_started());
-    let from: jiff::Timestamp = "2026-01-01T00:00:00Z".parse().expect("timestamp");
-    let to: jiff::Timestamp = "2026-01-01T00:00:02Z".parse().expect("timestamp");
-    for stage in [Stage::PodCreated, Stage::Scheduled, Stage::Running] {
-        metrics.startup(stage, from, to);
-    }
-    let resource = |kind: &str, plural: &str| ApiResource {
-        group: "selenosis.io".into(),
-        version: "v1".into(),
-        api_version: "selenosis.io/v1".into(),
-        kind: kind.into(),
-        plural: plural.into(),
-    };
-    let object =
-        |value: Value| -> DynamicObject { serde_json::from_value(value).expect("a valid object") };
-    let mut browsers = Writer::<CachedBrowser>::new(resource("Browser", "browsers"));
-    let browser: CachedBrowser = serde_json::from_value(json!({
-        "apiVersion": "selenosis.io/v1", "kind": "Browser",
-        "metadata": {"name": "s1", "namespace": "ns"},
-        "spec": {"browserName": "chrome", "browserVersion": "139.0"},
-        "status": {"phase": "Running"},
-    }))
-    .expect("a valid Browser");
-    browsers.apply_watcher_event(&watcher::Event::Apply(browser));
-    let mut configs = Writer::<DynamicObject>::new(resource("BrowserConfig", "browserconfigs"));
-    configs.apply_watcher_event(&watcher::Event::Apply(object(json!({
-        "apiVersion": "selenosis.io/v1", "kind": "BrowserConfig",
-        "metadata": {"name": "chrome", "namespace": "ns"},
-        "spec": {"browsers": {"chrome": {"139.0": {"image": "chrome:139"}}}},
-    }))));
-    let mut daemon_sets = Writer::<DynamicObject>::new(ApiResource {
-        group: "apps".into(),
-        version: "v1".into(),
-        api_version: "apps/v1".into(),
-        kind: "DaemonSet".into(),
-        plural: "daemonsets".into(),
-    });
-    daemon_sets.apply_watcher_event(&watcher::Event::Apply(object(json!({
-        "apiVersion": "apps/v1", "kind": "DaemonSet",
-        "metadata": {"name": "chrome-prepull-0123456789", "namespace": "ns", "generation": 1,
-            "ownerReferences": [{"apiVersion": "selenosis.io/v1", "kind": "BrowserConfig",
-                "name": "chrome", "uid": "u1", "controller": true}]},
-        "spec": {"template": {"spec": {"initContainers": [{"name": "pull-1", "image": "chrome:139"}]}}},
-        "status": {"observedGeneration": 1, "desiredNumberScheduled": 2, "updatedNumberScheduled": 2, "numberReady": 1},
-    }))));
-    let registrations = vec![
-        metrics.observe_browsers(browsers.as_reader()),
-        metrics.observe_configs(configs.as_reader()),
-        metrics.observe_prepull(daemon_sets.as_reader()),
-    ];
-    (metrics, registrations)
-}
-
-/// Label names of one exposition line `name{a="x",b="y"} 1`.
-fn label_names(sample: &str) -> Vec<String> {
-    let Some(open) = sample.find('{') else {
-        return Vec::new();
-    };
-    let mut names = Vec::new();
-    let mut rest = &sample[open + 1..];
-    while let Some(eq) = rest.find("=\"") {
-        names.push(rest[..eq].trim_start_matches(',').to_string());
-        let mut escaped = false;
-        let value_len = rest[eq + 2..]
-            .char_indices()
-            .find(|(_, c)| {
-                let end = *c == '"' && !escaped;
-                escaped = *c == '\\' && !escaped;
-                end
-            })
-            .map_or(rest.len() - eq - 2, |(i, _)| i);
-        rest = &rest[eq + 2 + value_len + 1..];
-        if rest.starts_with('}') {
-            break;
-        }
-    }
-    names
-}
-
-/// What `/metrics` exports, by the name users query.
-fn exported() -> Families {
-    let (metrics, _registrations) = metrics_with_every_family();
-    let text = metrics.encode().expect("metrics encode");
-    let mut families = Families::new();
-    for line in text.lines() {
-        if let Some(rest) = line.strip_prefix("# TYPE ") {
-            let (name, kind) = rest.split_once(' ').expect("# TYPE name type");
-            let queried = if kind == "counter" {
-                format!("{name}_total")
-            } else {
-                name.to_string()
-            };
-            let family = Family {
-                kind: kind.to_string(),
-                labels: BTreeSet::new(),
-            };
-            families.insert(queried, family);
-        }
-    }
-    for line in text.lines().filter(|l| !l.starts_with('#')) {
-        let series = line.split(['{', ' ']).next().unwrap_or_default();
-        let family = families
-            .keys()
-            .filter(|f| {
-                series == f.as_str()
-                    || ["_bucket", "_sum", "_count"]
-                        .iter()
-                        .any(|suffix| series.strip_suffix(suffix) == Some(f.as_str()))
-            })
-            .max_by_key(|f| f.len())
-            .cloned();
-        if let Some(family) = family.and_then(|f| families.get_mut(&f)) {
-            family
-                .labels
-                .extend(label_names(line).into_iter().filter(|l| l != "le"));
-        }
-    }
-    families
-}
+// ---- what the operator exports: `testkit::metrics` ------------------------------------------
 
 // ---- PromQL against the export -------------------------------------------------------------
 
