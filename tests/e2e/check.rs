@@ -4,12 +4,9 @@
 
 use std::sync::Arc;
 
-use kube::api::{Patch, PatchParams};
 use serde_json::json;
 
-use crate::support::apiserver::Fault;
-use crate::support::controlplane;
-use crate::{Ctx, operator_user, resource};
+use crate::{Ctx, operator_user};
 
 /// `NAMESPACE/NAME` of the ServiceAccount of `rbac/`.
 fn service_account() -> String {
@@ -60,36 +57,7 @@ pub(crate) async fn check_passes_on_a_complete_install_and_names_what_is_missing
     assert!(line(&report, "pod dry run").contains("chrome"), "{report}");
 
     // A quota of zero pods: the dry run shows the refusal before any session.
-    if let Some((server, _)) = &cx.be.double {
-        let message = "pods \"browser-controller-check\" is forbidden: exceeded quota: e2e, requested: pods=1, used: pods=0, limited: pods=0";
-        server.inject(
-            Fault::new("patch", "pods", 403, "Forbidden", message)
-                .object(&cx.ns, "browser-controller-check")
-                .times(1),
-        );
-    } else {
-        let quotas = cx.api(&resource("", "ResourceQuota", "resourcequotas"));
-        let quota = json!({
-            "apiVersion": "v1", "kind": "ResourceQuota",
-            "metadata": {"name": "check", "namespace": cx.ns},
-            "spec": {"hard": {"pods": "0"}},
-        });
-        quotas
-            .patch(
-                "check",
-                &PatchParams::apply(controlplane::MANAGER),
-                &Patch::Apply(&quota),
-            )
-            .await
-            .expect("quota created");
-        let status = json!({"status": {"hard": {"pods": "0"}, "used": {"pods": "0"}}});
-        quotas
-            .patch_status("check", &PatchParams::default(), &Patch::Merge(&status))
-            .await
-            .expect("quota status written");
-        // The quota admission reads quotas from an informer.
-        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-    }
+    cx.refuse_pod_by_quota("browser-controller-check").await;
     let (passed, report) = cx.check(&flags).await;
     assert!(!passed, "{report}");
     let dry_run = line(&report, "pod dry run");
