@@ -11,15 +11,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use clap::CommandFactory;
-use k8s_openapi::api::core::v1::Pod;
 use kube::api::DynamicObject;
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::json;
 use testkit::host::{self, TempDir, free_port};
+use testkit::kinds::kinds;
 use testkit::metrics::{Family, exported};
 
 use browser_controller::api::crd::{self, Layout};
-use browser_controller::api::kinds::Kinds;
 use browser_controller::cli::{Cli, OutputFormat, PolicyArgs, PrePullImageArgs, RenderArgs};
 use browser_controller::commands;
 use browser_controller::leader::Timing;
@@ -943,20 +942,6 @@ fn rbac_paths(text: &str) -> BTreeSet<String> {
         .collect()
 }
 
-fn resolved_kinds(browser_group: &str, config_group: &str) -> Kinds {
-    Kinds {
-        browser: ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk(browser_group, "v1", "Browser"),
-            "browsers",
-        ),
-        browserconfig: ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk(config_group, "v1", "BrowserConfig"),
-            "browserconfigs",
-        ),
-        pod: ApiResource::erase::<Pod>(&()),
-    }
-}
-
 #[test]
 fn the_missing_permission_output_the_docs_quote_is_what_the_check_prints() {
     let page = read(OPERATIONS);
@@ -1006,7 +991,7 @@ fn the_missing_permission_output_the_docs_quote_is_what_the_check_prints() {
         .collect();
     let base: BTreeSet<String> = printed.iter().map(|l| l.to_string()).collect();
     let mut drift = Vec::new();
-    let kinds = resolved_kinds("selenosis.io", "selenosis.io");
+    let kinds = kinds(Layout::Default);
     let namespaces = ["team-a".to_string()];
     let extra_cases = [
         permissions::prepull(&namespaces),
@@ -1533,10 +1518,7 @@ fn a_drop_in_claim_names_the_rbac_rules_the_go_controller_lacks() {
         "deploy/HELM-VALUES.md names no rule to add"
     );
     // Only what the operator asks for belongs there, in either layout.
-    let split = resolved_kinds(
-        Layout::SplitGroups.browser_group(),
-        Layout::SplitGroups.browserconfig_group(),
-    );
+    let split = kinds(Layout::SplitGroups);
     let required = permissions::required(&split, &[]);
     for (group, resource) in &lacking {
         assert!(

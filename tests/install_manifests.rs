@@ -7,13 +7,11 @@ use std::path::{Path, PathBuf};
 use clap::Parser;
 use serde_json::{Value, json};
 
-use k8s_openapi::api::core::v1::Pod;
-use kube::core::{ApiResource, GroupVersionKind};
-
-use browser_controller::api::kinds::Kinds;
+use browser_controller::api::crd::Layout;
 use browser_controller::cli::{Cli, LogFormat};
 use browser_controller::manifest;
 use browser_controller::permissions::{self, Access};
+use testkit::kinds::kinds;
 
 const NAMESPACE: &str = "browser-controller";
 const NAME: &str = "browser-controller";
@@ -332,17 +330,6 @@ fn namespaced_roles_split_the_cluster_roles_rules_by_scope() {
     assert_same(&union, &cluster_role, "namespaced RBAC");
 }
 
-fn kinds(browser_group: &str, config_group: &str) -> Kinds {
-    let resource = |group: &str, kind: &str, plural: &str| {
-        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, "v1", kind), plural)
-    };
-    Kinds {
-        browser: resource(browser_group, "Browser", "browsers"),
-        browserconfig: resource(config_group, "BrowserConfig", "browserconfigs"),
-        pod: ApiResource::erase::<Pod>(&()),
-    }
-}
-
 fn as_triple(access: &Access) -> Triple {
     let resource = match access.subresource {
         Some(sub) => format!("{}/{sub}", access.resource),
@@ -355,10 +342,7 @@ fn as_triple(access: &Access) -> Triple {
 fn the_roles_cover_everything_the_start_up_check_asks_for() {
     let in_namespace = granted(&one(&namespaced("watched-namespace.yaml"), "Role"));
     let cluster_wide = granted(&the("ClusterRole"));
-    for kinds in [
-        kinds("selenosis.io", "selenosis.io"),
-        kinds("browser.selenosis.io", "browserconfig.selenosis.io"),
-    ] {
+    for kinds in [kinds(Layout::Default), kinds(Layout::SplitGroups)] {
         for access in permissions::required(&kinds, &[WATCHED.to_string()]) {
             assert_eq!(access.namespace.as_deref(), Some(WATCHED));
             assert!(

@@ -3,6 +3,7 @@
 
 use browser_controller::api::crd::Layout;
 use browser_controller::api::keys;
+use browser_controller::api::kinds::Kinds;
 use kube::core::ApiResource;
 
 fn custom(group: &str, kind: &str, plural: &str) -> ApiResource {
@@ -29,4 +30,13 @@ pub fn config_resource(layout: Layout) -> ApiResource {
 
 pub fn pod_resource() -> ApiResource {
     ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&())
+}
+
+/// The kinds as the operator resolves them where `layout` is installed.
+pub fn kinds(layout: Layout) -> Kinds {
+    Kinds {
+        browser: browser_resource(layout),
+        browserconfig: config_resource(layout),
+        pod: pod_resource(),
+    }
 }
