@@ -17,24 +17,10 @@ const CRATES: [(&str, &str); 3] = [
     ("crates/testkit/src", "testkit"),
 ];
 
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-}
-
 fn sources() -> Vec<String> {
-    let mut files = Vec::new();
-    for (dir, _) in CRATES {
-        rust_files(&repo().join(dir), &mut files);
-    }
-    let mut relative: Vec<String> = files
+    let mut relative: Vec<String> = CRATES
         .iter()
+        .flat_map(|(dir, _)| testkit::rust_files(&repo().join(dir)))
         .map(|f| f.strip_prefix(repo()).unwrap().display().to_string())
         .collect();
     relative.sort();

@@ -764,19 +764,6 @@ fn links_and_repository_paths_in_the_docs_resolve() {
 
 // ---- citations in the code ---------------------------------------------------------------
 
-/// Source files under `dir`, recursively.
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let entries = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
-    for entry in entries {
-        let path = entry.expect("readable directory").path();
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|ext| ext == "rs") {
-            out.push(path);
-        }
-    }
-}
-
 /// A file's comments as one text: comment markers and line breaks inside comments removed,
 /// so a citation wrapped over two lines reads whole.
 fn comment_text(source: &str) -> String {
@@ -824,10 +811,10 @@ fn citations(text: &str) -> Vec<(String, Vec<String>)> {
 
 #[test]
 fn the_docs_headings_the_code_cites_exist() {
-    let mut files = Vec::new();
-    for dir in ["src", "tests", "benches"] {
-        rust_files(&repo().join(dir), &mut files);
-    }
+    let files: Vec<PathBuf> = ["src", "crates", "tests", "benches"]
+        .iter()
+        .flat_map(|dir| testkit::rust_files(&repo().join(dir)))
+        .collect();
     let mut broken = Vec::new();
     for file in files {
         let source = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{e}"));

@@ -3,7 +3,7 @@
 //! pods through a `kube::Client`, the control-plane and real-node harnesses, and `env::Env`,
 //! the scenario language of the suites that run the operator in the test process.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 pub mod apiserver;
 pub mod controlplane;
@@ -22,4 +22,23 @@ pub mod upstream;
 /// The repository's root folder.
 pub fn repo() -> PathBuf {
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+}
+
+/// Every `.rs` file below `dir`, sorted.
+pub fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        let entries = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        for entry in entries {
+            let path = entry.expect("readable directory").path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|ext| ext == "rs") {
+                out.push(path);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    walk(dir, &mut files);
+    files.sort();
+    files
 }
