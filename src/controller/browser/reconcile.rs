@@ -167,19 +167,35 @@ async fn execute_failure(
     let executed = target(shared, &browsers_api, &pods_api, &view.browser)
         .execute(plan)
         .await?;
-    remember(scope, ns, name, &view.browser, &executed);
+    Ok(after_writes(scope, ns, name, view, plan, &executed))
+}
+
+/// What follows a plan's writes: what they returned is remembered; unless the Browser is
+/// gone, its failure and `Running` are counted and the plan's Events go to the publisher.
+fn after_writes(
+    scope: &Scope,
+    ns: &str,
+    name: &str,
+    view: &View,
+    plan: &Plan,
+    executed: &Executed,
+) -> Action {
+    let shared = &scope.shared;
+    remember(scope, ns, name, &view.browser, executed);
     if executed.outcome.vanished {
         // The API answered that the Browser is gone: nothing more for it.
-        return Ok(Action::await_change());
+        return Action::await_change();
     }
     publish_failures(shared, plan);
-    let reference = view.browser.object_ref(&shared.kinds.browser);
-    for event in plan.events.iter().cloned() {
-        shared.events.publish(event, reference.clone());
+    observe_running(shared, &view.browser, plan);
+    if !plan.events.is_empty() {
+        let reference = view.browser.object_ref(&shared.kinds.browser);
+        for event in plan.events.iter().cloned() {
+            shared.events.publish(event, reference.clone());
+        }
     }
-    Ok(plan
-        .requeue_after
-        .map_or_else(Action::await_change, Action::requeue))
+    plan.requeue_after
+        .map_or_else(Action::await_change, Action::requeue)
 }
 
 /// The Browser and its pod as the caches and the last writes know them (`None` once the
@@ -352,22 +368,7 @@ async fn finish(
             .into()),
         };
     }
-    remember(scope, ns, name, &view.browser, &executed);
-    if executed.outcome.vanished {
-        // The API answered that the Browser is gone: nothing more for it.
-        return Ok(Action::await_change());
-    }
-    publish_failures(shared, plan);
-    observe_running(shared, &view.browser, plan);
-    if !plan.events.is_empty() {
-        let reference = view.browser.object_ref(&shared.kinds.browser);
-        for event in plan.events.iter().cloned() {
-            shared.events.publish(event, reference.clone());
-        }
-    }
-    Ok(plan
-        .requeue_after
-        .map_or_else(Action::await_change, Action::requeue))
+    Ok(after_writes(scope, ns, name, view, plan, &executed))
 }
 
 fn pod_json(pod: &DynamicObject) -> Result<Value, ReconcileError> {
