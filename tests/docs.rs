@@ -16,6 +16,7 @@ use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::json;
 use testkit::host::{self, TempDir, free_port};
 use testkit::kinds::kinds;
+use testkit::markdown::anchor;
 use testkit::metrics::{Family, exported};
 
 use browser_controller::api::crd::{self, Layout};
@@ -246,19 +247,7 @@ fn ticked(cell: &str) -> Vec<String> {
 
 /// The backticked words of a cell outside parentheses (label names, not their values).
 fn ticked_outside_parentheses(cell: &str) -> Vec<String> {
-    let mut depth = 0usize;
-    let outside: String = cell
-        .chars()
-        .filter(|c| {
-            match c {
-                '(' => depth += 1,
-                ')' => depth = depth.saturating_sub(1),
-                _ => return depth == 0,
-            }
-            false
-        })
-        .collect();
-    ticked(&outside)
+    ticked(&without_parentheses(cell))
 }
 
 /// Every `--long-flag` in `text`.
@@ -674,19 +663,6 @@ fn every_metric_family_is_documented_and_every_documented_family_exists() {
 }
 
 // ---- paths and links ---------------------------------------------------------------------
-
-/// GitHub's anchor of a heading: lower case, punctuation dropped, spaces to hyphens.
-fn anchor(heading: &str) -> String {
-    heading
-        .to_lowercase()
-        .chars()
-        .filter_map(|c| match c {
-            ' ' => Some('-'),
-            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
-            _ => None,
-        })
-        .collect()
-}
 
 /// Top-level folders of the repository that the docs point into.
 const TREE: [&str; 9] = [

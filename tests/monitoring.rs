@@ -12,6 +12,7 @@ use std::path::PathBuf;
 use serde_json::{Value, json};
 
 use browser_controller::manifest;
+use testkit::markdown::{anchor, headings};
 use testkit::metrics::{Families, exported};
 
 const MONITORING: &str = "deploy/monitoring";
@@ -681,33 +682,6 @@ fn the_monitoring_kustomization_installs_the_service_monitor_the_rules_and_the_d
 }
 
 // ---- alerts ------------------------------------------------------------------------------
-
-/// GitHub's anchor of a heading: lower case, punctuation dropped, spaces to hyphens.
-fn anchor(heading: &str) -> String {
-    heading
-        .to_lowercase()
-        .chars()
-        .filter_map(|c| match c {
-            ' ' => Some('-'),
-            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
-            _ => None,
-        })
-        .collect()
-}
-
-/// The headings of a Markdown page, outside code blocks.
-fn headings(page: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut in_code = false;
-    for line in page.lines() {
-        if line.trim_start().starts_with("```") {
-            in_code = !in_code;
-        } else if !in_code && line.starts_with('#') {
-            out.push(line.trim_start_matches('#').trim().to_string());
-        }
-    }
-    out
-}
 
 /// Whether a Prometheus duration (`30s`, `5m`, `1h30m`) is well-formed and not zero.
 fn is_duration(text: &str) -> bool {

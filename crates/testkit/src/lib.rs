@@ -14,6 +14,7 @@ pub mod host;
 pub mod images;
 pub mod kinds;
 pub mod kubelet;
+pub mod markdown;
 pub mod metrics;
 pub mod node;
 pub mod partition;
