@@ -330,17 +330,14 @@ async fn permissions(operator: &Client, kinds: &Kinds, args: &CheckArgs, identit
             format!("{who} has all {count} permissions of {}", mode(args)),
         ),
         Err(PermissionError::Missing(missing)) => {
-            let text = PermissionError::Missing(missing).to_string();
-            let mut lines: Vec<&str> = text.lines().collect();
-            let fix = lines
+            let lines: Vec<String> = missing
                 .iter()
-                .position(|l| !l.starts_with("missing permission"))
-                .map(|at| lines.split_off(at).join("; "))
-                .unwrap_or_default();
+                .map(|a| permissions::missing_line(a))
+                .collect();
             Line::fail(
                 PERMISSIONS,
                 format!("{who} lacks, for {}:\n{}", mode(args), lines.join("\n")),
-                fix,
+                permissions::hints(&missing).join("; "),
             )
         }
         Err(PermissionError::Review { source, .. })

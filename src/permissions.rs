@@ -95,28 +95,34 @@ pub enum PermissionError {
 }
 
 fn missing_lines(missing: &[String]) -> String {
-    let mut text = String::new();
-    for access in missing {
-        text.push_str("missing permission: cannot ");
-        text.push_str(access);
-        text.push('\n');
-    }
-    text.push_str(
+    let mut lines: Vec<String> = missing.iter().map(|access| missing_line(access)).collect();
+    lines.extend(hints(missing).into_iter().map(String::from));
+    lines.join("\n")
+}
+
+/// The line naming one missing permission.
+pub fn missing_line(access: &str) -> String {
+    format!("missing permission: cannot {access}")
+}
+
+/// What grants the `missing` permissions: the RBAC files to apply, one hint per line.
+pub fn hints(missing: &[String]) -> Vec<&'static str> {
+    let mut hints = vec![
         "grant the operator's service account the rules of rbac/ (all namespaces) or of rbac/namespaced/ (with --namespace)",
-    );
+    ];
     if missing.iter().any(|m| m.contains(DAEMON_SETS)) {
-        text.push_str(
-            "\n--enable-prepull needs the DaemonSet rules of rbac/prepull/cluster-role.yaml (all namespaces) or rbac/prepull/namespaced.yaml (with --namespace)",
+        hints.push(
+            "--enable-prepull needs the DaemonSet rules of rbac/prepull/cluster-role.yaml (all namespaces) or rbac/prepull/namespaced.yaml (with --namespace)",
         );
     }
     // rbac/namespaced/ holds no Lease rule: without this line the hint would point a
     // namespace-scoped install with leader election at the wrong files.
     if missing.iter().any(|m| m.contains(LEASES)) {
-        text.push_str(
-            "\n--enable-leader-election needs the Lease rules of rbac/leader-election.yaml, in the Lease's namespace (both modes)",
+        hints.push(
+            "--enable-leader-election needs the Lease rules of rbac/leader-election.yaml, in the Lease's namespace (both modes)",
         );
     }
-    text
+    hints
 }
 
 /// How a missing DaemonSet permission is named.
