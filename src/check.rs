@@ -10,8 +10,9 @@ use std::fmt;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use kube::{Client, Config};
-use serde_json::{Value, json};
+use serde_json::Value;
 
+use crate::api::browser;
 use crate::api::crd::{self, Layout, compare};
 use crate::api::keys;
 use crate::api::kinds::Kinds;
@@ -379,26 +380,6 @@ fn dry_run_namespace(args: &CheckArgs) -> String {
         .unwrap_or_else(|| "default".to_string())
 }
 
-/// The Browser the dry run renders a pod for.
-fn browser_object(
-    kinds: &Kinds,
-    namespace: &str,
-    name: &str,
-    version: &str,
-) -> Option<DynamicObject> {
-    serde_json::from_value(json!({
-        "apiVersion": kinds.browser.api_version,
-        "kind": kinds.browser.kind,
-        "metadata": {
-            "name": CHECK_POD,
-            "namespace": namespace,
-            "uid": "00000000-0000-0000-0000-000000000000",
-        },
-        "spec": {"browserName": name, "browserVersion": version},
-    }))
-    .ok()
-}
-
 /// The name of the dry run's pod (and Browser); nothing of that name is stored.
 const CHECK_POD: &str = "browser-controller-check";
 
@@ -450,7 +431,9 @@ async fn dry_run(operator: &Client, kinds: &Kinds, args: &CheckArgs) -> Line {
             "apply a BrowserConfig there (testdata/configs/ has examples), or pass --dry-run-namespace",
         );
     };
-    let Some(browser) = browser_object(kinds, &namespace, &name, &version) else {
+    let Some(browser) =
+        browser::for_dry_run(&kinds.browser, Some(&namespace), CHECK_POD, &name, &version)
+    else {
         return Line::fail(
             DRY_RUN,
             format!("{name}:{version} is not a browser name and version"),

@@ -25,7 +25,7 @@ use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
-use serde_json::{Value, json};
+use serde_json::Value;
 use tracing::{Instrument, debug, info_span, warn};
 
 use super::decoded::{self, Decoded, FromIdentity, Undecodable};
@@ -95,17 +95,14 @@ fn synthetic_browser(
         .filter(char::is_ascii_alphanumeric)
         .take(10)
         .collect();
-    serde_json::from_value(json!({
-        "apiVersion": kinds.browser.api_version,
-        "kind": kinds.browser.kind,
-        "metadata": {
-            "name": format!("browserconfig-dry-run-{}", short.to_lowercase()),
-            "namespace": config.metadata.namespace,
-            "uid": "00000000-0000-0000-0000-000000000000",
-        },
-        "spec": {"browserName": browser, "browserVersion": version},
-    }))
-    .ok()
+    let name = format!("browserconfig-dry-run-{}", short.to_lowercase());
+    crate::api::browser::for_dry_run(
+        &kinds.browser,
+        config.metadata.namespace.as_deref(),
+        &name,
+        browser,
+        version,
+    )
 }
 
 /// One entry's verdict: rendered for `browser`, pruned to `schema`, dry-run applied; and

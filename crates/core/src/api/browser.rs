@@ -5,7 +5,7 @@
 
 use std::fmt;
 
-use kube_core::DynamicObject;
+use kube_core::{ApiResource, DynamicObject};
 use serde_json::{Number, Value};
 
 use crate::names;
@@ -208,6 +208,28 @@ impl<'a> StatusView<'a> {
     pub fn reason(self) -> Option<&'a str> {
         self.0.get("reason").and_then(Value::as_str)
     }
+}
+
+/// A Browser that exists only to render the pod a dry run sends: `name` in `namespace`, asking
+/// for `browser` `version`, with a UID no object has. `None` when the fields make no object.
+pub fn for_dry_run(
+    resource: &ApiResource,
+    namespace: Option<&str>,
+    name: &str,
+    browser: &str,
+    version: &str,
+) -> Option<DynamicObject> {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": resource.api_version,
+        "kind": resource.kind,
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": "00000000-0000-0000-0000-000000000000",
+        },
+        "spec": {"browserName": browser, "browserVersion": version},
+    }))
+    .ok()
 }
 
 /// A Browser.
