@@ -350,6 +350,11 @@ impl CachedPod {
         object(&self.text, ar)
     }
 
+    /// What decisions read of the pod, as JSON.
+    pub fn json(&self) -> Result<Value, serde_json::Error> {
+        serde_json::from_str(&self.text)
+    }
+
     /// The name of the Browser the pod belongs to: a Browser's pod has its name (its label
     /// may hold a shortened form of a long name).
     pub fn browser(&self) -> Option<&str> {

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use kube::Client;
 
+use super::browser::workers::Workers;
 use super::events::EventSink;
 use super::openapi::PodSchemas;
 use super::verdicts::Verdicts;
@@ -20,8 +21,9 @@ pub struct Shared {
     pub client: Client,
     pub kinds: Kinds,
     pub settings: Settings,
-    /// Reconciles at work at once (`--max-workers`), granted in the order they asked.
-    pub(super) workers: tokio::sync::Semaphore,
+    /// Reconciles at work at once (`--max-workers`), granted by lane: what a client waits
+    /// on first (`lifecycle::lane`).
+    pub(super) workers: Workers,
     pub metrics: Arc<Metrics>,
     pub verdicts: Arc<Verdicts>,
     /// The cluster's Pod schema, which rendered pods are pruned to.
@@ -64,7 +66,7 @@ impl Shared {
             client,
             kinds,
             settings,
-            workers: tokio::sync::Semaphore::new(usize::from(max_workers.max(1))),
+            workers: Workers::new(usize::from(max_workers.max(1))),
             metrics,
             verdicts: Arc::new(Verdicts::default()),
             schemas,

@@ -14,6 +14,7 @@ mod execute;
 mod fresher;
 mod reconcile;
 mod triggers;
+pub(super) mod workers;
 
 use std::collections::HashMap;
 use std::future::ready;
@@ -23,7 +24,7 @@ use std::time::Duration;
 use futures::{Future, StreamExt};
 use kube::api::{Api, DynamicObject};
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
-use kube::runtime::reflector::{Store, store::Writer};
+use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 use tracing::{debug, info, warn};
@@ -34,6 +35,7 @@ use super::scope::scoped_api;
 use super::watch::{self, WatchHealth};
 use crate::api::keys;
 use crate::cached::{CachedBrowser, CachedPod};
+use crate::lifecycle::lane::Lane;
 use crate::lifecycle::rejection::{self, Write};
 use crate::link::error::describe;
 use execute::ExecuteError;
@@ -137,6 +139,12 @@ impl Scope {
             .remove(key);
     }
 
+    /// The lane the reconcile of `browser` waits in for a worker, from the caches.
+    fn lane(&self, browser: &CachedBrowser, ns: &str, name: &str) -> Lane {
+        let pod_ref = ObjectRef::new_with(name, self.shared.kinds.pod.clone()).within(ns);
+        triggers::lane_of(browser, self.pods.get(&pod_ref).as_deref())
+    }
+
     /// Counts a refusal of one of the Browser's writes; returns how many in a row.
     fn refused(&self, key: &(String, String)) -> u32 {
         let mut refusals = self.refusals.lock().unwrap_or_else(|e| e.into_inner());
@@ -234,6 +242,11 @@ pub async fn run_scope(
         shared.metrics.clone(),
     ))
     .reflect(pod_writer)
+    .inspect(triggers::rejudge_lane(
+        shared.clone(),
+        browser_reader.clone(),
+        kinds.browser.clone(),
+    ))
     .inspect(watch::observe(
         pods_health.clone(),
         listed(failures.clone()),

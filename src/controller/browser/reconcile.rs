@@ -59,6 +59,7 @@ pub(super) async fn reconcile(
 ) -> Result<Action, ReconcileError> {
     let ns = browser.namespace().unwrap_or_default();
     let name = browser.name_any();
+    let lane = scope.lane(&browser, &ns, &name);
     drop(browser);
     let _guard = scope.shared.metrics.reconcile_started();
     // No decision before the stores are complete: no spurious ConfigNotFound at start-up.
@@ -73,9 +74,8 @@ pub(super) async fn reconcile(
     let _worker = scope
         .shared
         .workers
-        .acquire()
-        .await
-        .map_err(|_| ReconcileError::StoreClosed("worker"))?;
+        .acquire((ns.clone(), name.clone()), lane)
+        .await;
     let span = info_span!("reconcile", namespace = %ns, name = %name);
     let result = async {
         match Box::pin(reconcile_inner(&scope, &ns, &name)).await {

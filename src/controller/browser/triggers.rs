@@ -1,5 +1,6 @@
 //! Triggers of the Browser controller, stages of the watch streams that feed it: which Browser a pod or a
-//! BrowserConfig event concerns, and the `scheduled` startup metric seen on the pod watch.
+//! BrowserConfig event concerns, the lane a pod change puts its Browser's waiting reconcile
+//! in, and the `scheduled` startup metric seen on the pod watch.
 //! (What enters the caches at all is `cached`.)
 
 use std::sync::Arc;
@@ -9,6 +10,8 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 
 use crate::cached::{CachedBrowser, CachedPod};
+use crate::controller::Shared;
+use crate::lifecycle::lane::{self, Lane};
 use crate::lifecycle::milestones;
 use crate::metrics::{Metrics, Stage};
 
@@ -23,6 +26,40 @@ pub fn browser_of_pod(
 ) -> Option<ObjectRef<CachedBrowser>> {
     let ns = pod.metadata.namespace.as_deref()?;
     Some(ObjectRef::new_with(pod.browser()?, browser.clone()).within(ns))
+}
+
+/// The lane of a Browser's reconcile (`lifecycle::lane`), from the Browser and its pod as the
+/// caches have them.
+pub fn lane_of(browser: &CachedBrowser, pod: Option<&CachedPod>) -> Lane {
+    let pod = pod.and_then(|pod| pod.json().ok());
+    lane::lane(browser.phase(), browser.deleting(), pod.as_ref())
+}
+
+/// Moves the waiting reconcile of a changed pod's Browser to the lane it needs now: a
+/// Browser that started waiting as a creation is served first once its pod runs. Placed
+/// after the pod reflector, so that the reconcile then finds the pod as judged.
+pub fn rejudge_lane(
+    shared: Arc<Shared>,
+    browsers: Store<CachedBrowser>,
+    browser_resource: kube::core::ApiResource,
+) -> impl FnMut(&Result<watcher::Event<CachedPod>, watcher::Error>) {
+    move |event| {
+        let Ok(watcher::Event::Apply(pod)) = event else {
+            return;
+        };
+        let (Some(ns), Some(name)) = (pod.metadata.namespace.as_deref(), pod.browser()) else {
+            return;
+        };
+        let key = (ns.to_string(), name.to_string());
+        let workers = &shared.workers;
+        if !workers.is_waiting(&key) {
+            return;
+        }
+        let browser_ref = ObjectRef::new_with(name, browser_resource.clone()).within(ns);
+        if let Some(browser) = browsers.get(&browser_ref) {
+            workers.rejudge(&key, lane_of(&browser, Some(pod)));
+        }
+    }
 }
 
 /// Browsers of a namespace still waiting for their pod: a BrowserConfig change may now resolve

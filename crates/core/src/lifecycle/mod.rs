@@ -5,6 +5,7 @@
 pub mod answers;
 pub mod decide;
 pub mod desired;
+pub mod lane;
 pub mod milestones;
 pub mod plan;
 pub mod reason;
