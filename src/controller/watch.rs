@@ -2,13 +2,15 @@
 //! watch that expired relisted at once, a short bounded backoff otherwise, a fresh start
 //! whenever the link to the API server is lost or regained (a partition leaves watches on
 //! dead connections), and the health of each watch (first list done; failing now) for
-//! readiness, reconciles and metrics.
+//! readiness, reconciles and metrics. [`Cache`] is that pipeline, watch → reflector →
+//! health, written once for every cache; what each cache adds goes between its stages.
 //!
 //! Errors never reach a kube-runtime `Controller`: its trigger backoff (up to 30 s) would
 //! pause every trigger stream of the controller — and with them the caches they fill — long
 //! after the API server is back.
 
 use std::future::ready;
+use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -17,12 +19,13 @@ use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
 use kube::Resource;
 use kube::runtime::WatchStreamExt;
+use kube::runtime::reflector::{Store, store::Writer};
 use kube::runtime::utils::Backoff;
 use kube::runtime::watcher::{self, ExponentialBackoff};
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use crate::link::LinkState;
+use crate::link::{Link, LinkState};
 use crate::metrics::Metrics;
 
 /// First retry after a watch error, and the longest pause between retries before jitter
@@ -274,6 +277,86 @@ pub fn observe<K>(
     }
 }
 
+/// One cache of the operator and the watch that fills it, written once for every cache: the
+/// watch ([`Cache::watch`], errors counted on the cache's health), then the reflector and the
+/// health of the watch ([`Cache::fill`]). What one cache adds goes between them in the chain
+/// of its stream: what must see an event before it is in the cache (undecodable objects left
+/// out, fields stripped, pods cut down, an observer reading the cache as it was) between
+/// `watch` and `fill`; what must see it in the cache before the list counts as done, through
+/// [`Cache::fill_with`]; the rest after `fill` (sweeps, echo filters, [`live_changes`]).
+pub struct Cache<K>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Eq + Hash + Clone,
+{
+    writer: Writer<K>,
+    /// The cache.
+    pub reader: Store<K>,
+    /// The health of the watch that fills it.
+    pub health: Arc<WatchHealth>,
+}
+
+impl<K> Cache<K>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Eq + Hash + Clone,
+{
+    /// An empty cache of `resource`, whose watch reports to `health`.
+    pub fn new(resource: K::DynamicType, health: Arc<WatchHealth>) -> Self {
+        let writer = Writer::new(resource);
+        let reader = writer.as_reader();
+        Self {
+            writer,
+            reader,
+            health,
+        }
+    }
+
+    /// The watch of `api` ([`watch`]); `W` is `K`, or what decodes to it.
+    pub fn watch<W>(
+        &self,
+        api: kube::Api<W>,
+        config: watcher::Config,
+        link: &Link,
+    ) -> impl Stream<Item = Result<watcher::Event<W>, watcher::Error>> + Send + use<K, W>
+    where
+        W: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+    {
+        watch(api, config, self.health.clone(), link.subscribe())
+    }
+
+    /// `stream` into the cache, then its health ([`observe`]); `listed` runs each time a list
+    /// is in the cache.
+    pub fn fill<S>(
+        self,
+        stream: S,
+        listed: impl FnMut(),
+    ) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>>
+    where
+        S: Stream<Item = Result<watcher::Event<K>, watcher::Error>>,
+    {
+        self.fill_with(stream, |_| {}, listed)
+    }
+
+    /// [`Cache::fill`], with `reflected` seeing each event once it is in the cache, before
+    /// its health does (and so before a list counts as done): the Browsers' read-your-writes
+    /// forgets deleted ones, a pod change moves its Browser's waiting reconcile.
+    pub fn fill_with<S>(
+        self,
+        stream: S,
+        reflected: impl FnMut(&Result<watcher::Event<K>, watcher::Error>),
+        listed: impl FnMut(),
+    ) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>>
+    where
+        S: Stream<Item = Result<watcher::Event<K>, watcher::Error>>,
+    {
+        stream
+            .reflect(self.writer)
+            .inspect(reflected)
+            .inspect(observe(self.health, listed))
+    }
+}
+
 /// The objects that live watch events touched (applied; deleted too with `deleted`), for a
 /// controller's triggers. A list triggers nothing here: what it brings is reconciled all at
 /// once when the list is in the cache (the `listed` callback of [`observe`]), since a
@@ -381,6 +464,43 @@ mod tests {
             "a regained link is no error"
         );
         assert_eq!(starts.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test]
+    async fn a_cache_holds_a_list_before_its_hook_sees_it_and_before_it_counts_as_done() {
+        use kube::api::DynamicObject;
+        use kube::core::{ApiResource, GroupVersionKind};
+        let resource = ApiResource::from_gvk(&GroupVersionKind::gvk("", "v1", "ConfigMap"));
+        let cache = Cache::<DynamicObject>::new(resource.clone(), health());
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        // What each stage sees: the objects in the cache, and whether the watch is up.
+        let look = |stage: &'static str| {
+            let (reader, health, seen) = (cache.reader.clone(), cache.health.clone(), seen.clone());
+            move || {
+                seen.lock()
+                    .unwrap()
+                    .push((stage, reader.state().len(), health.is_up()))
+            }
+        };
+        let (reflected, listed) = (look("reflected"), look("listed"));
+        let object = DynamicObject::new("a", &resource).within("default");
+        let list = [
+            watcher::Event::Init,
+            watcher::Event::InitApply(object),
+            watcher::Event::InitDone,
+        ];
+        let filled = cache.fill_with(
+            futures::stream::iter(list.map(Ok)),
+            move |item| {
+                if matches!(item, Ok(watcher::Event::InitDone)) {
+                    reflected();
+                }
+            },
+            listed,
+        );
+        assert_eq!(filled.count().await, 3);
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(seen, [("reflected", 1, false), ("listed", 1, true)]);
     }
 
     fn expired() -> Result<watcher::Event<()>, watcher::Error> {

@@ -24,7 +24,7 @@ use std::time::Duration;
 use futures::{Future, StreamExt};
 use kube::api::{Api, DynamicObject};
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
-use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 use tracing::{debug, info, warn};
@@ -177,9 +177,9 @@ pub async fn run_scope(
         }
     };
 
-    let browsers_health = shared.watch_health("browsers");
-    let browser_writer = Writer::<CachedBrowser>::new(kinds.browser.clone());
-    let browser_reader = browser_writer.as_reader();
+    let browsers =
+        watch::Cache::<CachedBrowser>::new(kinds.browser.clone(), shared.watch_health("browsers"));
+    let browser_reader = browsers.reader.clone();
     let forget_deleted = {
         let (fresher, reader) = (fresher.clone(), browser_reader.clone());
         move |item: &Result<watcher::Event<CachedBrowser>, watcher::Error>| match item {
@@ -208,18 +208,16 @@ pub async fn run_scope(
             _ => {}
         }
     };
-    let browsers = decoded::skip_undecodable(
-        watch::watch(
-            scoped_api::<Decoded<CachedBrowser>>(client, ns, &kinds.browser),
-            watch::list_in_pages(watcher::Config::default()),
-            browsers_health.clone(),
-            shared.link.subscribe(),
-        ),
-        undecodable_browsers(shared.clone()),
-    )
-    .reflect(browser_writer)
-    .inspect(forget_deleted)
-    .inspect(watch::observe(browsers_health, listed(failures.clone())));
+    let watched = browsers.watch(
+        scoped_api::<Decoded<CachedBrowser>>(client, ns, &kinds.browser),
+        watch::list_in_pages(watcher::Config::default()),
+        &shared.link,
+    );
+    let browsers = browsers.fill_with(
+        decoded::skip_undecodable(watched, undecodable_browsers(shared.clone())),
+        forget_deleted,
+        listed(failures.clone()),
+    );
     // Echoes of the operator's own writes trigger nothing: they tell it nothing new.
     let echoes = fresher.clone();
     let browsers = watch::live_changes(
@@ -227,56 +225,50 @@ pub async fn run_scope(
         false,
     );
 
-    let pods_health = shared.watch_health("pods");
-    let pod_writer = Writer::<CachedPod>::new(kinds.pod.clone());
-    let pod_reader = pod_writer.as_reader();
-    let pods = watch::watch(
-        scoped_api::<CachedPod>(client, ns, &kinds.pod),
-        watch::list_in_pages(watcher::Config::default().labels(&keys::managed_pods_selector())),
-        pods_health.clone(),
-        shared.link.subscribe(),
-    )
-    .inspect(triggers::observe_scheduling(
-        pod_reader.clone(),
-        kinds.pod.clone(),
-        shared.metrics.clone(),
-    ))
-    .reflect(pod_writer)
-    .inspect(triggers::rejudge_lane(
-        shared.clone(),
-        browser_reader.clone(),
-        kinds.browser.clone(),
-    ))
-    .inspect(watch::observe(
-        pods_health.clone(),
+    let pods = watch::Cache::<CachedPod>::new(kinds.pod.clone(), shared.watch_health("pods"));
+    let (pod_reader, pods_health) = (pods.reader.clone(), pods.health.clone());
+    let watched = pods
+        .watch(
+            scoped_api::<CachedPod>(client, ns, &kinds.pod),
+            watch::list_in_pages(watcher::Config::default().labels(&keys::managed_pods_selector())),
+            &shared.link,
+        )
+        .inspect(triggers::observe_scheduling(
+            pod_reader.clone(),
+            kinds.pod.clone(),
+            shared.metrics.clone(),
+        ));
+    let pods = pods.fill_with(
+        watched,
+        triggers::rejudge_lane(
+            shared.clone(),
+            browser_reader.clone(),
+            kinds.browser.clone(),
+        ),
         listed(failures.clone()),
-    ));
+    );
     let echoes = fresher.clone();
     let pods = watch::live_changes(
         pods.filter(move |e| ready(!e.as_ref().is_ok_and(|e| echoes.pod_echo(e)))),
         true,
     );
 
-    let configs_health = shared.watch_health("browserconfigs");
-    let config_writer = Writer::<DynamicObject>::new(kinds.browserconfig.clone());
-    let config_reader = config_writer.as_reader();
+    let configs = watch::Cache::<DynamicObject>::new(
+        kinds.browserconfig.clone(),
+        shared.watch_health("browserconfigs"),
+    );
+    let (config_reader, configs_health) = (configs.reader.clone(), configs.health.clone());
+    let watched = configs.watch(
+        scoped_api::<Decoded<DynamicObject>>(client, ns, &kinds.browserconfig),
+        watcher::Config::default().any_semantic(),
+        &shared.link,
+    );
     // An undecodable BrowserConfig is reported by the BrowserConfig controller; here it is
     // only left out.
-    let configs = decoded::skip_undecodable(
-        watch::watch(
-            scoped_api::<Decoded<DynamicObject>>(client, ns, &kinds.browserconfig),
-            watcher::Config::default().any_semantic(),
-            configs_health.clone(),
-            shared.link.subscribe(),
-        ),
-        |_| {},
-    )
-    .modify(triggers::strip_managed_fields)
-    .reflect(config_writer)
-    .inspect(watch::observe(
-        configs_health.clone(),
+    let configs = configs.fill(
+        decoded::skip_undecodable(watched, |_| {}).modify(triggers::strip_managed_fields),
         listed(failures.clone()),
-    ));
+    );
     let configs = watch::live_changes(configs, true);
 
     let scope = Arc::new(Scope {

@@ -19,10 +19,9 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use jiff::Timestamp;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
-use kube::runtime::WatchStreamExt;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{EventType, Recorder};
-use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use serde_json::Value;
@@ -406,28 +405,22 @@ pub async fn run_scope(
     // swept.
     let (sweep_tx, sweeps) = futures::channel::mpsc::unbounded::<()>();
     let config_sweep = sweep_tx.clone();
-    let writer = Writer::<DynamicObject>::new(kinds.browserconfig.clone());
-    let store = writer.as_reader();
+    let cache = watch::Cache::<DynamicObject>::new(
+        kinds.browserconfig.clone(),
+        WatchHealth::new("browserconfigs", metrics.clone()),
+    );
+    let (store, health) = (cache.reader.clone(), cache.health.clone());
     // Every completed list (a relist after the watch failed too) judges every config again.
     let (listed_tx, listed) = futures::channel::mpsc::unbounded::<()>();
-    let health = WatchHealth::new("browserconfigs", metrics.clone());
     let (undecodable_tx, undecodable) = futures::channel::mpsc::unbounded::<Undecodable>();
-    let configs = decoded::skip_undecodable(
-        watch::watch(
-            api,
-            watcher::Config::default().any_semantic(),
-            health.clone(),
-            link.subscribe(),
-        ),
-        move |u: &Undecodable| {
-            let _ = undecodable_tx.unbounded_send(u.clone());
-        },
-    )
-    .reflect(writer)
-    .inspect(watch::observe(health.clone(), move || {
+    let watched = cache.watch(api, watcher::Config::default().any_semantic(), &link);
+    let watched = decoded::skip_undecodable(watched, move |u: &Undecodable| {
+        let _ = undecodable_tx.unbounded_send(u.clone());
+    });
+    let configs = cache.fill(watched, move || {
         let _ = listed_tx.unbounded_send(());
-    }))
-    .inspect(move |event| {
+    });
+    let configs = configs.inspect(move |event| {
         if matches!(
             event,
             Ok(watcher::Event::Delete(_) | watcher::Event::InitDone)

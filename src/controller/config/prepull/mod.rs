@@ -12,7 +12,7 @@ use futures::StreamExt;
 use kube::api::{Api, DynamicObject};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::events::EventType;
-use kube::runtime::reflector::{Store, store::Writer};
+use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use tracing::warn;
@@ -120,19 +120,22 @@ pub(super) fn daemon_set_watch(
 ) {
     let resource = kinds::daemon_sets();
     let api: Api<DynamicObject> = scoped_api(client, namespace, &resource);
-    let writer = Writer::<DynamicObject>::new(resource.clone());
-    let store = writer.as_reader();
-    let health = WatchHealth::new("daemonsets", metrics.clone());
+    let cache = watch::Cache::<DynamicObject>::new(
+        resource.clone(),
+        WatchHealth::new("daemonsets", metrics.clone()),
+    );
+    let (store, health) = (cache.reader.clone(), cache.health.clone());
     let (listed_tx, listed) = futures::channel::mpsc::unbounded::<()>();
     let config = watcher::Config::default()
         .labels(&keys::prepull_selector())
         .any_semantic();
-    let stream = watch::watch(api, config, health.clone(), link.subscribe())
-        .modify(|ds| ds.managed_fields_mut().clear())
-        .reflect(writer)
-        .inspect(watch::observe(health.clone(), move || {
+    let watched = cache
+        .watch(api, config, link)
+        .modify(|ds| ds.managed_fields_mut().clear());
+    let stream = cache
+        .fill(watched, move || {
             let _ = listed_tx.unbounded_send(());
-        }))
+        })
         .inspect(move |event| {
             if matches!(
                 event,
