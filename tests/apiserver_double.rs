@@ -2001,8 +2001,7 @@ async fn an_apply_that_creates_needs_create_as_well_as_patch() {
         )
         .await
         .unwrap();
-    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
-        "spec": {"containers": [{"name": "c", "image": "i"}]}});
+    let pod = pod("p");
     let apply = PatchParams::apply("robot");
     let by_robot: Api<DynamicObject> =
         Api::namespaced_with(robot.clone(), "default", &pod_resource());
