@@ -17,6 +17,7 @@ use serde_json::{Value, json};
 
 use browser_controller::api::crd::Layout;
 use support::apiserver::{ApiServer, Fault};
+use support::fixtures::{browser, pod};
 use support::kinds::{browser_resource, pod_resource};
 use support::kubelet::{Kubelet, Script};
 
@@ -56,35 +57,12 @@ fn pods(client: &Client) -> Api<DynamicObject> {
     Api::namespaced_with(client.clone(), "default", &pod_resource())
 }
 
-fn browser(name: &str) -> Value {
-    json!({
-        "apiVersion": "selenosis.io/v1",
-        "kind": "Browser",
-        "metadata": {"name": name},
-        "spec": {"browserName": "chrome", "browserVersion": "120.0"},
-    })
+/// A fixture or a JSON object as kube reads it.
+fn obj(value: impl Into<Value>) -> DynamicObject {
+    serde_json::from_value(value.into()).unwrap()
 }
 
-fn pod(name: &str) -> Value {
-    json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "browser-controller"}},
-        "spec": {
-            "restartPolicy": "Never",
-            "containers": [
-                {"name": "browser", "image": "selenium/standalone-chrome:120.0", "ports": [{"containerPort": 4444}]},
-                {"name": "seleniferous", "image": "alcounit/seleniferous:v1"},
-            ],
-        },
-    })
-}
-
-fn obj(value: Value) -> DynamicObject {
-    serde_json::from_value(value).unwrap()
-}
-
-async fn create(api: &Api<DynamicObject>, value: Value) -> DynamicObject {
+async fn create(api: &Api<DynamicObject>, value: impl Into<Value>) -> DynamicObject {
     api.create(&PostParams::default(), &obj(value))
         .await
         .unwrap()
@@ -276,9 +254,7 @@ async fn label_and_field_selectors_on_lists() {
         ("b", json!({"tier": "db"})),
         ("c", json!({})),
     ] {
-        let mut b = browser(name);
-        b["metadata"]["labels"] = labels;
-        create(&browsers, b).await;
+        create(&browsers, browser(name).labels(labels)).await;
     }
     let cases = [
         ("tier=web", vec!["a"]),
@@ -382,7 +358,7 @@ async fn watcher_and_reflector_see_changes_in_order() {
     assert_eq!(
         seen,
         [
-            ("apply", Some(1), json!("120.0")),
+            ("apply", Some(1), json!("139.0")),
             ("apply", Some(2), json!("121.0")),
             ("delete", Some(2), json!("121.0")),
         ]
@@ -488,9 +464,7 @@ async fn raw_watch_replays_from_a_resource_version_and_sends_bookmarks() {
 #[tokio::test]
 async fn label_selector_watch_sees_objects_leave_and_enter_the_selection() {
     let (_server, _client, browsers) = setup().await;
-    let mut b = browser("x");
-    b["metadata"]["labels"] = json!({"team": "a"});
-    create(&browsers, b).await;
+    create(&browsers, browser("x").labels(json!({"team": "a"}))).await;
     let config = watcher::Config::default().labels("team=a");
     let mut events = watcher(browsers.clone(), config)
         .default_backoff()
@@ -558,8 +532,7 @@ async fn label_selector_watch_sees_objects_leave_and_enter_the_selection() {
 async fn server_side_apply_creates_merges_and_treats_finalizers_as_sets() {
     let (_server, _client, browsers) = setup().await;
     let applied = |labels: Value, finalizers: Value| {
-        let mut b = browser("s");
-        b["metadata"]["labels"] = labels;
+        let mut b = browser("s").labels(labels).build();
         b["metadata"]["finalizers"] = finalizers;
         Patch::Apply(b)
     };
@@ -667,9 +640,7 @@ async fn apply_requires_field_manager_api_version_and_kind() {
 #[tokio::test]
 async fn status_subresource_is_isolated_from_the_main_resource() {
     let (_server, _client, browsers) = setup().await;
-    let mut b = browser("s");
-    b["status"] = json!({"phase": "Running"});
-    let created = create(&browsers, b).await;
+    let created = create(&browsers, browser("s").phase("Running")).await;
     assert!(
         created.data.get("status").is_none(),
         "status is dropped on create"
@@ -785,9 +756,7 @@ async fn json_patch_test_failure_is_unprocessable() {
 #[tokio::test]
 async fn finalizers_hold_deletion_until_removed() {
     let (_server, _client, browsers) = setup().await;
-    let mut b = browser("f");
-    b["metadata"]["finalizers"] = json!(["browserpod.selenosis.io/finalizer"]);
-    create(&browsers, b).await;
+    create(&browsers, browser("f").finalized()).await;
     let deleted = browsers
         .delete("f", &DeleteParams::default())
         .await
@@ -942,13 +911,13 @@ async fn pod_spec_is_immutable_except_images() {
         "IfNotPresent"
     );
 
-    let mut image = pod("p");
+    let mut image = pod("p").build();
     image["spec"]["containers"][0]["image"] = json!("selenium/standalone-chrome:121.0");
     pods.patch("p", &apply("ctl"), &Patch::Apply(image))
         .await
         .unwrap();
 
-    let mut changed = pod("p");
+    let mut changed = pod("p").build();
     changed["spec"]["containers"][0]["ports"][0]["containerPort"] = json!(5555);
     let err = api_error(pods.patch("p", &apply("ctl"), &Patch::Apply(changed)).await);
     assert_eq!((err.code, err.reason.as_str()), (422, "Invalid"));
@@ -963,7 +932,7 @@ async fn pod_spec_is_immutable_except_images() {
 async fn pod_validation_reports_field_errors_like_the_api_server() {
     let (server, client, _) = setup().await;
     let pods = pods(&client);
-    let mut bad = pod("v");
+    let mut bad = pod("v").build();
     bad["spec"]["containers"][0]["image"] = json!("");
     let err = api_error(pods.create(&PostParams::default(), &obj(bad.clone())).await);
     assert_eq!((err.code, err.reason.as_str()), (422, "Invalid"));
@@ -982,7 +951,7 @@ async fn pod_validation_reports_field_errors_like_the_api_server() {
     );
     assert_eq!(dry.code, 422);
 
-    let mut several = pod("w");
+    let mut several = pod("w").build();
     several["spec"]["containers"][1]["name"] = json!("browser");
     several["spec"]["containers"][0]["volumeMounts"] =
         json!([{"name": "data", "mountPath": "/data"}]);
@@ -993,7 +962,7 @@ async fn pod_validation_reports_field_errors_like_the_api_server() {
         "Pod \"w\" is invalid: [spec.containers[0].volumeMounts[0].name: Not found: \"data\", spec.containers[1].name: Duplicate value: \"browser\", spec.restartPolicy: Unsupported value: \"Sometimes\": supported values: \"Always\", \"OnFailure\", \"Never\"]"
     );
 
-    let mut quantity = pod("q");
+    let mut quantity = pod("q").build();
     quantity["spec"]["containers"][0]["resources"] = json!({"limits": {"memory": "1Gx"}});
     let err = api_error(pods.create(&PostParams::default(), &obj(quantity)).await);
     assert_eq!(err.code, 400);
@@ -1573,7 +1542,7 @@ async fn openapi_v3_and_v2_serve_the_pod_schema_in_the_real_shapes() {
 async fn apply_of_a_pod_with_fields_the_schema_lacks_fails_only_when_checked() {
     let (server, client, _) = setup().await;
     let pods = pods(&client);
-    let mut with_unknown = pod("p1");
+    let mut with_unknown = pod("p1").build();
     with_unknown["spec"]["initContainers"] =
         json!([{"name": "sidecar", "image": "busybox", "restartPolicy": "Always"}]);
     with_unknown["spec"]["containers"][0]["resources"] =
@@ -1791,16 +1760,16 @@ async fn aggregated_discovery_says_so_in_its_content_type() {
 async fn a_pod_deletion_cost_that_is_not_an_int32_is_invalid() {
     let server = ApiServer::new();
     let pods = pods(&server.client());
-    let mut bad = pod("costly");
-    bad["metadata"]["annotations"] = json!({"controller.kubernetes.io/pod-deletion-cost": "cheap"});
+    let bad =
+        pod("costly").annotations(json!({"controller.kubernetes.io/pod-deletion-cost": "cheap"}));
     let err = api_error(pods.create(&PostParams::default(), &obj(bad)).await);
     assert_eq!(err.code, 422);
     assert_eq!(
         err.message,
         "Pod \"costly\" is invalid: metadata.annotations[controller.kubernetes.io/pod-deletion-cost]: Invalid value: \"cheap\": must be a 32bit integer"
     );
-    let mut fine = pod("cheap");
-    fine["metadata"]["annotations"] = json!({"controller.kubernetes.io/pod-deletion-cost": "-5"});
+    let fine =
+        pod("cheap").annotations(json!({"controller.kubernetes.io/pod-deletion-cost": "-5"}));
     create(&pods, fine).await;
 }
 
@@ -2032,8 +2001,7 @@ async fn an_apply_that_creates_needs_create_as_well_as_patch() {
         )
         .await
         .unwrap();
-    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
-        "spec": {"containers": [{"name": "c", "image": "i"}]}});
+    let pod = pod("p");
     let apply = PatchParams::apply("robot");
     let by_robot: Api<DynamicObject> =
         Api::namespaced_with(robot.clone(), "default", &pod_resource());

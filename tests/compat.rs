@@ -13,7 +13,8 @@ use serde_json::{Value, json};
 
 use browser_controller::api::crd::{self, Layout};
 use browser_controller::api::keys;
-use support::env::{Env, NS, chrome_spec, is_running, new_browser};
+use support::env::{Env, NS, chrome_spec, is_running};
+use support::fixtures::{browser, pod};
 use support::kinds::{browser_resource, pod_resource};
 use support::upstream;
 
@@ -108,13 +109,11 @@ async fn go_session(
     owner_api_version: &str,
     ip: &str,
 ) -> String {
-    let ar = browser_resource(layout);
-    let browser: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": ar.api_version, "kind": "Browser",
-        "metadata": {"name": name, "namespace": NS, "finalizers": [keys::FINALIZER]},
-        "spec": {"browserName": "chrome", "browserVersion": "139.0"},
-    }))
-    .unwrap();
+    let browser = browser(name)
+        .namespace(NS)
+        .api_version(&browser_resource(layout).api_version)
+        .finalized()
+        .object();
     let browser = env
         .browsers_in(layout)
         .create(&go_post(), &browser)
@@ -144,17 +143,12 @@ async fn go_session(
         .await
         .expect("Go-era status written");
 
-    let pod: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {
-            "name": name, "namespace": NS,
-            "labels": {"app": "browser"},
-            "ownerReferences": [{
-                "apiVersion": owner_api_version, "kind": "Browser", "name": name, "uid": uid,
-                "controller": true, "blockOwnerDeletion": true,
-            }],
-        },
-        "spec": {
+    // The Go controller's own labels and containers (seleniferous v1, ports with protocols).
+    let pod = pod(name)
+        .namespace(NS)
+        .labels(json!({"app": "browser"}))
+        .owned_by_as(owner_api_version, &uid)
+        .spec(json!({
             "nodeName": GO_NODE,
             "restartPolicy": "Never",
             "terminationGracePeriodSeconds": 1,
@@ -162,9 +156,8 @@ async fn go_session(
                 {"name": "browser", "image": "selenium/standalone-chrome:139.0", "ports": [{"containerPort": 4444, "protocol": "TCP"}]},
                 {"name": "seleniferous", "image": "alcounit/seleniferous:v1", "ports": [{"containerPort": 4445, "protocol": "TCP"}]},
             ],
-        },
-    }))
-    .unwrap();
+        }))
+        .object();
     let pod = env
         .pods()
         .create(&go_post(), &pod)
@@ -425,10 +418,10 @@ async fn with_both_layouts_installed_the_default_is_selenosis_io_and_flags_pin_t
     env.create_config("chrome", chrome_spec()).await;
     env.create_config_in(Layout::SplitGroups, "chrome", chrome_spec())
         .await;
-    env.create_browser(new_browser("split").layout(Layout::SplitGroups))
+    env.create_browser_in(Layout::SplitGroups, browser("split"))
         .await;
     env.start_operator(&[]);
-    env.create_browser(new_browser("default")).await;
+    env.create_browser(browser("default")).await;
     env.until("the selenosis.io Browser to run", |e| {
         is_running(&e.server.get("browsers.selenosis.io", NS, "default"))
     })
@@ -477,10 +470,10 @@ async fn objects_from_other_clients_reconcile_or_fail_clearly_without_blocking_t
     .await;
     env.start_operator(&[]);
     env.create_browser(
-        new_browser("numeric").spec(json!({"browserName": "chrome", "browserVersion": 120})),
+        browser("numeric").spec(json!({"browserName": "chrome", "browserVersion": 120})),
     )
     .await;
-    env.create_browser(new_browser("extra").spec(
+    env.create_browser(browser("extra").spec(
         json!({"browserName": "chrome", "browserVersion": "139.0", "futureSpecField": [1, 2]}),
     ))
     .await;

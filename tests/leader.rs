@@ -23,6 +23,7 @@ use browser_controller::link::Link;
 use browser_controller::metrics::Metrics;
 use browser_controller::operator::{self, RunError};
 use support::apiserver::{ApiServer, Fault};
+use support::fixtures::{browser, config};
 use support::host::{TempDir, free_port, http_get};
 use support::kinds::{browser_resource, config_resource};
 use support::kubelet::{Kubelet, KubeletHandle, Script};
@@ -76,15 +77,11 @@ impl Cluster {
 
     async fn create_config(&self) {
         let ar = config_resource(Layout::Default);
-        let obj: DynamicObject = serde_json::from_value(json!({
-            "apiVersion": "selenosis.io/v1", "kind": "BrowserConfig",
-            "metadata": {"name": "chrome", "namespace": NS},
-            "spec": {
-                "template": {"sidecars": [{"name": "seleniferous", "image": "alcounit/seleniferous:v2"}]},
-                "browsers": {"chrome": {"139.0": {"image": "selenium/standalone-chrome:139.0"}}}
-            },
+        let obj = config("chrome").namespace(NS).spec(json!({
+            "template": {"sidecars": [{"name": "seleniferous", "image": "alcounit/seleniferous:v2"}]},
+            "browsers": {"chrome": {"139.0": {"image": "selenium/standalone-chrome:139.0"}}}
         }))
-        .unwrap();
+        .object();
         Api::<DynamicObject>::namespaced_with(self.client.clone(), NS, &ar)
             .create(&PostParams::default(), &obj)
             .await
@@ -136,12 +133,7 @@ impl Cluster {
 }
 
 async fn create_browser(client: &Client, name: &str) {
-    let obj: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "selenosis.io/v1", "kind": "Browser",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": {"browserName": "chrome", "browserVersion": "139.0"},
-    }))
-    .unwrap();
+    let obj = browser(name).namespace(NS).object();
     Api::<DynamicObject>::namespaced_with(client.clone(), NS, &browser_resource(Layout::Default))
         .create(&PostParams::default(), &obj)
         .await

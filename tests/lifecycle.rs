@@ -11,13 +11,14 @@ use kube::api::{DeleteParams, Patch, PatchParams};
 use serde_json::{Value, json};
 
 use support::apiserver::{ApiServer, Fault};
-use support::env::{Env, NS, NewBrowser, chrome_spec, condition, is_running, new_browser};
+use support::env::{Env, NS, chrome_spec, condition, is_running};
+use support::fixtures::{self, Fixture, browser};
 use support::host;
 use support::kubelet::Script;
 
 /// A Browser as the hub makes it: labelled with its owner.
-fn hub_browser(name: &str) -> NewBrowser {
-    new_browser(name)
+fn hub_browser(name: &str) -> Fixture<fixtures::Browser> {
+    browser(name)
         .labels(json!({"selenosis.io/owner": "hub"}))
         .annotations(json!({}))
 }

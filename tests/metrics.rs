@@ -9,7 +9,8 @@ use std::time::Duration;
 use kube::api::DeleteParams;
 
 use support::apiserver::Fault;
-use support::env::{Env, is_running, new_browser, sample};
+use support::env::{Env, is_running, sample};
+use support::fixtures::browser;
 use support::host::{self, free_port};
 use support::kubelet::Script;
 
@@ -42,7 +43,7 @@ async fn a_scripted_lifecycle_shows_in_every_family() {
             after: Duration::from_secs(2),
         },
     );
-    env.create_browser(new_browser("s1")).await;
+    env.create_browser(browser("s1")).await;
     env.until("s1 running", |e| is_running(&e.browser("s1")))
         .await;
 
@@ -65,8 +66,7 @@ async fn a_scripted_lifecycle_shows_in_every_family() {
         Some(0.0)
     );
 
-    env.create_browser(new_browser("nocfg").version("1.0"))
-        .await;
+    env.create_browser(browser("nocfg").version("1.0")).await;
     env.until_gone("nocfg").await;
     env.until_gone("s1").await;
     // Gone from the cluster and from the operator's cache: no series is left.
@@ -174,7 +174,7 @@ async fn the_metrics_endpoint_serves_the_families_after_an_external_delete() {
     let addr = format!("--metrics-addr=127.0.0.1:{port}");
     let mut env = Env::start(&[&addr]).await;
     env.chrome_config().await;
-    env.create_browser(new_browser("ext")).await;
+    env.create_browser(browser("ext")).await;
     env.until("ext running", |e| is_running(&e.browser("ext")))
         .await;
     env.until_metric(RUNNING_CHROME, 1.0).await;

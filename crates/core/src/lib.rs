@@ -8,6 +8,9 @@
 pub mod api;
 pub mod config;
 pub mod duration;
+/// Builders of test objects: for the core's tests and, with feature `fixtures`, the suites'.
+#[cfg(any(test, feature = "fixtures"))]
+pub mod fixtures;
 pub mod lifecycle;
 pub mod manifest;
 pub mod names;

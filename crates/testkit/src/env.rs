@@ -12,7 +12,7 @@ use futures::StreamExt;
 use kube::Client;
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::runtime::watcher;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
@@ -23,6 +23,7 @@ use browser_controller::metrics::Metrics;
 use browser_controller::operator;
 
 use super::apiserver::{ApiServer, Fault};
+use super::fixtures::{self, Browser, Fixture};
 use super::host;
 use super::kinds::{browser_resource, config_resource, pod_resource};
 use super::kubelet::{Kubelet, KubeletHandle, Script};
@@ -113,52 +114,6 @@ impl EnvBuilder {
         env.record_browser_events();
         env.start_operator(flags);
         env
-    }
-}
-
-/// A Browser to create: Chrome 139.0 in the Env's layout, unless told otherwise.
-pub struct NewBrowser {
-    name: String,
-    layout: Option<Layout>,
-    spec: Value,
-    labels: Option<Value>,
-    annotations: Option<Value>,
-}
-
-pub fn new_browser(name: &str) -> NewBrowser {
-    NewBrowser {
-        name: name.into(),
-        layout: None,
-        spec: json!({"browserName": "chrome", "browserVersion": "139.0"}),
-        labels: None,
-        annotations: None,
-    }
-}
-
-impl NewBrowser {
-    pub fn layout(mut self, layout: Layout) -> Self {
-        self.layout = Some(layout);
-        self
-    }
-
-    pub fn spec(mut self, spec: Value) -> Self {
-        self.spec = spec;
-        self
-    }
-
-    pub fn version(mut self, version: &str) -> Self {
-        self.spec["browserVersion"] = json!(version);
-        self
-    }
-
-    pub fn labels(mut self, labels: Value) -> Self {
-        self.labels = Some(labels);
-        self
-    }
-
-    pub fn annotations(mut self, annotations: Value) -> Self {
-        self.annotations = Some(annotations);
-        self
     }
 }
 
@@ -284,23 +239,16 @@ impl Env {
         Api::namespaced_with(self.client.clone(), NS, &pod_resource())
     }
 
-    pub async fn create_browser(&self, browser: NewBrowser) {
-        let layout = browser.layout.unwrap_or(self.layout);
-        let mut metadata = Map::new();
-        metadata.insert("name".into(), json!(browser.name));
-        metadata.insert("namespace".into(), json!(NS));
-        if let Some(labels) = browser.labels {
-            metadata.insert("labels".into(), labels);
-        }
-        if let Some(annotations) = browser.annotations {
-            metadata.insert("annotations".into(), annotations);
-        }
-        let obj: DynamicObject = serde_json::from_value(json!({
-            "apiVersion": browser_resource(layout).api_version, "kind": "Browser",
-            "metadata": metadata,
-            "spec": browser.spec,
-        }))
-        .unwrap();
+    /// Creates `browser` (a [`fixtures::browser`]) in [`NS`] in the Env's layout.
+    pub async fn create_browser(&self, browser: Fixture<Browser>) {
+        self.create_browser_in(self.layout, browser).await;
+    }
+
+    pub async fn create_browser_in(&self, layout: Layout, browser: Fixture<Browser>) {
+        let obj = browser
+            .namespace(NS)
+            .api_version(&browser_resource(layout).api_version)
+            .object();
         self.browsers_in(layout)
             .create(&PostParams::default(), &obj)
             .await
@@ -314,12 +262,11 @@ impl Env {
     pub async fn create_config_in(&self, layout: Layout, name: &str, spec: Value) {
         let ar = config_resource(layout);
         let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), NS, &ar);
-        let obj: DynamicObject = serde_json::from_value(json!({
-            "apiVersion": ar.api_version, "kind": "BrowserConfig",
-            "metadata": {"name": name, "namespace": NS},
-            "spec": spec,
-        }))
-        .unwrap();
+        let obj = fixtures::config(name)
+            .namespace(NS)
+            .api_version(&ar.api_version)
+            .spec(spec)
+            .object();
         api.create(&PostParams::default(), &obj)
             .await
             .expect("config created");

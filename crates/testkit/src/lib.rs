@@ -5,6 +5,9 @@
 
 use std::path::{Path, PathBuf};
 
+/// Builders of Browsers, pods and BrowserConfigs, the core's unit tests' own.
+pub use browser_controller_core::fixtures;
+
 pub mod apiserver;
 pub mod controlplane;
 pub mod crd_history;

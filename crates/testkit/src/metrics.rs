@@ -13,6 +13,8 @@ use serde_json::{Value, json};
 use browser_controller::cached::CachedBrowser;
 use browser_controller::metrics::{CacheRegistration, Metrics, Stage};
 
+use super::fixtures::{browser, config};
+
 /// One exported family: its type and the label names its samples carry (`le` aside).
 #[derive(Clone, Debug)]
 pub struct Family {
@@ -52,20 +54,14 @@ pub fn with_every_family() -> (Metrics, Vec<CacheRegistration>) {
     let object =
         |value: Value| -> DynamicObject { serde_json::from_value(value).expect("a valid object") };
     let mut browsers = Writer::<CachedBrowser>::new(resource("Browser", "browsers"));
-    let browser: CachedBrowser = serde_json::from_value(json!({
-        "apiVersion": "selenosis.io/v1", "kind": "Browser",
-        "metadata": {"name": "s1", "namespace": "ns"},
-        "spec": {"browserName": "chrome", "browserVersion": "139.0"},
-        "status": {"phase": "Running"},
-    }))
-    .expect("a valid Browser");
+    let browser = browser("s1").namespace("ns").phase("Running").build();
+    let browser: CachedBrowser = serde_json::from_value(browser).expect("a valid Browser");
     browsers.apply_watcher_event(&watcher::Event::Apply(browser));
     let mut configs = Writer::<DynamicObject>::new(resource("BrowserConfig", "browserconfigs"));
-    configs.apply_watcher_event(&watcher::Event::Apply(object(json!({
-        "apiVersion": "selenosis.io/v1", "kind": "BrowserConfig",
-        "metadata": {"name": "chrome", "namespace": "ns"},
-        "spec": {"browsers": {"chrome": {"139.0": {"image": "chrome:139"}}}},
-    }))));
+    let config = config("chrome")
+        .namespace("ns")
+        .spec(json!({"browsers": {"chrome": {"139.0": {"image": "chrome:139"}}}}));
+    configs.apply_watcher_event(&watcher::Event::Apply(config.object()));
     let mut daemon_sets = Writer::<DynamicObject>::new(ApiResource {
         group: "apps".into(),
         version: "v1".into(),

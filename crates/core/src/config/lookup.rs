@@ -324,20 +324,15 @@ fn available(configs: &[impl Borrow<DynamicObject>]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fixtures;
     use serde_json::json;
 
     fn config(name: &str, created: Option<&str>, spec: Value) -> DynamicObject {
-        let mut metadata = json!({"name": name, "namespace": "ns"});
-        if let Some(created) = created {
-            metadata["creationTimestamp"] = json!(created);
+        let config = fixtures::config(name).namespace("ns").spec(spec);
+        match created {
+            Some(at) => config.created(at).object(),
+            None => config.object(),
         }
-        serde_json::from_value(json!({
-            "apiVersion": "selenosis.io/v1",
-            "kind": "BrowserConfig",
-            "metadata": metadata,
-            "spec": spec,
-        }))
-        .unwrap()
     }
 
     const OLD: Option<&str> = Some("2026-01-01T00:00:00Z");

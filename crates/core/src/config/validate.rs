@@ -376,6 +376,7 @@ fn non_empty_str(value: Option<&Value>) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fixtures;
     use serde_json::json;
 
     fn problems(entry: Value) -> Vec<String> {
@@ -519,13 +520,11 @@ mod tests {
     }
 
     fn config(spec: Value) -> DynamicObject {
-        serde_json::from_value(json!({
-            "apiVersion": "selenosis.io/v1",
-            "kind": "BrowserConfig",
-            "metadata": {"name": "a", "namespace": "ns", "creationTimestamp": "2026-01-01T00:00:00Z"},
-            "spec": spec,
-        }))
-        .unwrap()
+        fixtures::config("a")
+            .namespace("ns")
+            .created("2026-01-01T00:00:00Z")
+            .spec(spec)
+            .object()
     }
 
     fn report(browser: &str, version: &str, problems: &[&str]) -> EntryReport {

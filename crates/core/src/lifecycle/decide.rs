@@ -514,6 +514,7 @@ mod tests {
     fn written(status: Option<BrowserStatus>) -> Value {
         status.expect("the plan writes a status").to_value()
     }
+    use crate::fixtures::{self, Fixture, browser, pod};
     use serde_json::json;
 
     const UID: &str = "b-uid";
@@ -522,42 +523,26 @@ mod tests {
         s.parse().unwrap()
     }
 
-    fn browser(extra_meta: Value, status: Value) -> DynamicObject {
-        let mut meta = json!({
-            "name": "s1", "namespace": "ns", "uid": UID,
-            "creationTimestamp": "2026-11-22T10:00:00Z",
-            "finalizers": [keys::FINALIZER],
-            "labels": {"selenosis.io/browser": "s1", "selenosis.io/browser.name": "chrome", "selenosis.io/browser.version": "139.0"},
-        });
-        for (k, v) in extra_meta.as_object().cloned().unwrap_or_default() {
-            if v.is_null() {
-                meta.as_object_mut().unwrap().remove(&k);
-            } else {
-                meta[k] = v;
-            }
-        }
-        serde_json::from_value(json!({
-            "apiVersion": "selenosis.io/v1", "kind": "Browser",
-            "metadata": meta,
-            "spec": {"browserName": "chrome", "browserVersion": "139.0"},
-            "status": status,
-        }))
-        .unwrap()
+    /// Browser `name` in `ns` as a client creates it: no finalizer or labels yet.
+    fn client_made(name: &str) -> Fixture<fixtures::Browser> {
+        browser(name)
+            .namespace("ns")
+            .uid(UID)
+            .created("2026-11-22T10:00:00Z")
     }
 
-    fn pod(owner_uid: &str, meta: Value, status: Value) -> Value {
-        let mut p = json!({
-            "metadata": {"name": "s1", "uid": "p-uid", "creationTimestamp": "2026-11-22T10:00:01Z",
-                "labels": {"selenosis.io/browser": "s1", "selenosis.io/browser.name": "chrome",
-                    "selenosis.io/browser.version": "139.0", "app.kubernetes.io/managed-by": "browser-controller"},
-                "ownerReferences": [{"kind": "Browser", "name": "s1", "uid": owner_uid, "controller": true}]},
-            "spec": {"nodeName": "n1", "containers": [{"name": "browser", "image": "chrome"}, {"name": "seleniferous", "image": "s"}]},
-            "status": status,
-        });
-        for (k, v) in meta.as_object().cloned().unwrap_or_default() {
-            p["metadata"][k] = v;
-        }
-        p
+    /// Browser `s1` as the operator leaves it once it has written its metadata.
+    fn ours() -> Fixture<fixtures::Browser> {
+        client_made("s1").finalized().labelled()
+    }
+
+    /// The pod `s1` on node `n1`, controlled by the Browser of UID `owner`.
+    fn pod_of(owner: &str) -> Fixture<fixtures::Pod> {
+        pod("s1")
+            .uid("p-uid")
+            .created("2026-11-22T10:00:01Z")
+            .node("n1")
+            .owned_by(owner)
     }
 
     fn rendered() -> PodCreation {
@@ -585,8 +570,8 @@ mod tests {
 
     #[test]
     fn an_abandoned_browser_goes_with_its_pod_forced() {
-        let b = browser(json!({}), json!({"phase": "Pending"}));
-        let p = pod(UID, json!({}), json!({"phase": "Pending"}));
+        let b = ours().phase("Pending").object();
+        let p = pod_of(UID).phase("Pending").build();
         let obs = Observed {
             browser: &b,
             pod: Some(&p),
@@ -604,7 +589,7 @@ mod tests {
         assert!(plan.status.is_none() && plan.create_pod.is_none());
         assert_eq!(plan.events[0].reason, "WriteRejected");
         // A foreign pod of the name is left alone.
-        let foreign = pod("other", json!({}), json!({"phase": "Running"}));
+        let foreign = pod_of("other").phase("Running").build();
         let obs = Observed {
             pod: Some(&foreign),
             ..obs
@@ -615,12 +600,8 @@ mod tests {
     #[test]
     fn a_long_name_is_labelled_once_with_its_label_value() {
         let long = format!("s1-{}", "a".repeat(200));
-        let value = names::label_value_for(&long);
-        let labelled = browser(
-            json!({"name": long, "labels": {"selenosis.io/browser": value,
-                "selenosis.io/browser.name": "chrome", "selenosis.io/browser.version": "139.0"}}),
-            Value::Null,
-        );
+        // The fixture labels it with names::label_value_for, as the operator does.
+        let labelled = client_made(&long).finalized().labelled().object();
         let plan = run(
             &labelled,
             None,
@@ -632,7 +613,7 @@ mod tests {
             "labels as applied are taken as right"
         );
         assert!(plan.create_pod.is_some());
-        let unlabelled = browser(json!({"name": long, "labels": null}), Value::Null);
+        let unlabelled = client_made(&long).finalized().object();
         let plan = run(
             &unlabelled,
             None,
@@ -644,7 +625,7 @@ mod tests {
 
     #[test]
     fn new_browser_gets_metadata_pod_and_pending_in_one_reconcile() {
-        let b = browser(json!({"finalizers": null, "labels": null}), Value::Null);
+        let b = client_made("s1").object();
         let plan = run(&b, None, "2026-11-22T10:00:00Z", &Settings::default());
         assert!(plan.ensure_metadata);
         assert!(plan.create_pod.is_some());
@@ -656,7 +637,7 @@ mod tests {
 
     #[test]
     fn fields_removed_from_the_pod_are_reported_with_its_creation_only() {
-        let b = browser(json!({"finalizers": null, "labels": null}), Value::Null);
+        let b = client_made("s1").object();
         let creation = || PodCreation::Render {
             pod: json!({"spec": {"containers": [{"name": "browser", "image": "chrome:139"}]}}),
             removed: vec![
@@ -682,7 +663,7 @@ mod tests {
 
     #[test]
     fn config_failures_fail_without_a_pod() {
-        let b = browser(json!({}), Value::Null);
+        let b = ours().object();
         let plan = decide(
             &Observed {
                 browser: &b,
@@ -708,7 +689,7 @@ mod tests {
 
     #[test]
     fn a_lost_pod_is_never_recreated() {
-        let b = browser(json!({}), json!({"phase": "Running", "podIP": "10.0.0.1"}));
+        let b = ours().running("10.0.0.1").object();
         let plan = decide(
             &Observed {
                 browser: &b,
@@ -720,7 +701,7 @@ mod tests {
         );
         assert_eq!(written(plan.status)["reason"], "PodLost");
         assert!(plan.create_pod.is_none());
-        let b = browser(json!({}), json!({"phase": "Pending"}));
+        let b = ours().phase("Pending").object();
         let plan = decide(
             &Observed {
                 browser: &b,
@@ -735,12 +716,8 @@ mod tests {
 
     #[test]
     fn a_live_foreign_pod_is_a_conflict_and_is_never_touched() {
-        let b = browser(json!({}), Value::Null);
-        let p = pod(
-            "someone-else",
-            json!({}),
-            json!({"phase": "Running", "podIP": "10.0.0.9"}),
-        );
+        let b = ours().object();
+        let p = pod_of("someone-else").running("10.0.0.9").build();
         let plan = run(&b, Some(&p), "2026-11-22T10:00:01Z", &Settings::default());
         let s = written(plan.status);
         assert_eq!(s["reason"], "PodConflict");
@@ -754,12 +731,10 @@ mod tests {
 
     #[test]
     fn a_terminating_foreign_pod_is_waited_for_within_the_creation_timeout() {
-        let b = browser(json!({}), Value::Null);
-        let p = pod(
-            "someone-else",
-            json!({"deletionTimestamp": "2026-11-22T10:00:30Z"}),
-            json!({}),
-        );
+        let b = ours().object();
+        let p = pod_of("someone-else")
+            .deleting("2026-11-22T10:00:30Z", 30)
+            .build();
         let plan = run(&b, Some(&p), "2026-11-22T10:00:01Z", &Settings::default());
         assert_eq!(plan.status, None);
         assert_eq!(plan.requeue_after, Some(FOREIGN_POD_POLL));
@@ -770,12 +745,8 @@ mod tests {
 
     #[test]
     fn running_pod_publishes_ip_and_phase_together() {
-        let b = browser(json!({}), json!({"phase": "Pending"}));
-        let p = pod(
-            UID,
-            json!({}),
-            json!({"phase": "Running", "podIP": "10.0.0.1"}),
-        );
+        let b = ours().phase("Pending").object();
+        let p = pod_of(UID).running("10.0.0.1").build();
         let plan = run(&b, Some(&p), "2026-11-22T10:00:05Z", &Settings::default());
         let s = written(plan.status);
         assert_eq!(
@@ -788,18 +759,14 @@ mod tests {
 
     #[test]
     fn unchanged_pod_means_no_write() {
-        let p = pod(
-            UID,
-            json!({}),
-            json!({"phase": "Running", "podIP": "10.0.0.1"}),
-        );
+        let p = pod_of(UID).running("10.0.0.1").build();
         let first = run(
-            &browser(json!({}), json!({"phase": "Pending"})),
+            &ours().phase("Pending").object(),
             Some(&p),
             "2026-11-22T10:00:05Z",
             &Settings::default(),
         );
-        let b = browser(json!({}), written(first.status));
+        let b = ours().status(written(first.status)).object();
         let plan = run(&b, Some(&p), "2026-11-22T10:30:00Z", &Settings::default());
         assert_eq!(plan.status, None);
         assert!(!plan.ensure_metadata && plan.events.is_empty() && plan.delete_pod.is_none());
@@ -807,14 +774,11 @@ mod tests {
 
     #[test]
     fn pending_timeout_force_deletes_with_the_waiting_reason() {
-        let b = browser(json!({}), json!({"phase": "Pending"}));
-        let p = pod(
-            UID,
-            json!({}),
-            json!({"phase": "Pending", "containerStatuses": [
-                {"name": "browser", "state": {"waiting": {"reason": "ContainerCreating"}}, "restartCount": 0}
-            ]}),
-        );
+        let b = ours().phase("Pending").object();
+        let p = pod_of(UID)
+            .phase("Pending")
+            .container_waiting("browser", "ContainerCreating", None)
+            .build();
         let plan = run(&b, Some(&p), "2026-11-22T10:04:00Z", &Settings::default());
         assert_eq!(plan.status, None);
         assert_eq!(plan.requeue_after, Some(Duration::from_secs(61)));
@@ -834,14 +798,15 @@ mod tests {
 
     #[test]
     fn pending_container_failures_force_delete() {
-        let b = browser(json!({}), json!({"phase": "Pending"}));
-        let p = pod(
-            UID,
-            json!({}),
-            json!({"phase": "Pending", "containerStatuses": [
-                {"name": "browser", "state": {"waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling image"}}, "restartCount": 0}
-            ]}),
-        );
+        let b = ours().phase("Pending").object();
+        let p = pod_of(UID)
+            .phase("Pending")
+            .container_waiting(
+                "browser",
+                "ImagePullBackOff",
+                Some("Back-off pulling image"),
+            )
+            .build();
         let plan = run(&b, Some(&p), "2026-11-22T10:00:10Z", &Settings::default());
         assert_eq!(written(plan.status)["reason"], "ImagePullBackOff");
         assert_eq!(plan.delete_pod.unwrap().grace_seconds, Some(0));
@@ -849,12 +814,11 @@ mod tests {
 
     #[test]
     fn pod_failed_phase_uses_the_pod_reason() {
-        let b = browser(json!({}), json!({"phase": "Running", "podIP": "10.0.0.1"}));
-        let p = pod(
-            UID,
-            json!({}),
-            json!({"phase": "Failed", "reason": "Evicted", "message": "The node was low on resource: memory."}),
-        );
+        let b = ours().running("10.0.0.1").object();
+        let p = pod_of(UID)
+            .failed("Evicted")
+            .message("The node was low on resource: memory.")
+            .build();
         let plan = run(&b, Some(&p), "2026-11-22T10:10:00Z", &Settings::default());
         let s = written(plan.status);
         assert_eq!(s["reason"], "Evicted");
@@ -867,14 +831,11 @@ mod tests {
 
     #[test]
     fn session_end_deletes_the_pod_gracefully() {
-        let b = browser(json!({}), json!({"phase": "Running", "podIP": "10.0.0.1"}));
-        let p = pod(
-            UID,
-            json!({}),
-            json!({"phase": "Running", "podIP": "10.0.0.1", "containerStatuses": [
-                {"name": "seleniferous", "state": {"terminated": {"reason": "Completed", "exitCode": 0}}, "restartCount": 0}
-            ]}),
-        );
+        let b = ours().running("10.0.0.1").object();
+        let p = pod_of(UID)
+            .running("10.0.0.1")
+            .container_terminated("seleniferous", 0, "Completed")
+            .build();
         let plan = run(&b, Some(&p), "2026-11-22T10:10:00Z", &Settings::default());
         let s = written(plan.status);
         assert_eq!(s["reason"], "ContainerTerminated");
@@ -884,12 +845,8 @@ mod tests {
 
     #[test]
     fn succeeded_pod_makes_a_succeeded_browser() {
-        let b = browser(json!({}), json!({"phase": "Running", "podIP": "10.0.0.1"}));
-        let p = pod(
-            UID,
-            json!({}),
-            json!({"phase": "Succeeded", "podIP": "10.0.0.1"}),
-        );
+        let b = ours().running("10.0.0.1").object();
+        let p = pod_of(UID).phase("Succeeded").ip("10.0.0.1").build();
         let plan = run(&b, Some(&p), "2026-11-22T10:10:00Z", &Settings::default());
         assert_eq!(written(plan.status)["phase"], "Succeeded");
         assert!(plan.delete_pod.is_some());
@@ -897,12 +854,11 @@ mod tests {
 
     #[test]
     fn pod_deleted_under_a_live_browser_fails_it_without_another_delete() {
-        let b = browser(json!({}), json!({"phase": "Running", "podIP": "10.0.0.1"}));
-        let p = pod(
-            UID,
-            json!({"deletionTimestamp": "2026-11-22T10:10:30Z", "deletionGracePeriodSeconds": 30}),
-            json!({"phase": "Running", "podIP": "10.0.0.1"}),
-        );
+        let b = ours().running("10.0.0.1").object();
+        let p = pod_of(UID)
+            .deleting("2026-11-22T10:10:30Z", 30)
+            .running("10.0.0.1")
+            .build();
         let plan = run(&b, Some(&p), "2026-11-22T10:10:00Z", &Settings::default());
         assert_eq!(written(plan.status)["reason"], "PodDeleted");
         assert_eq!(plan.delete_pod, None);
@@ -913,8 +869,8 @@ mod tests {
         let failed = json!({"phase": "Failed", "reason": "X", "conditions": [
             {"type": "Ready", "status": "False", "reason": "X", "lastTransitionTime": "2026-11-22T10:00:10Z"}
         ]});
-        let b = browser(json!({}), failed);
-        let p = pod(UID, json!({}), json!({"phase": "Running"}));
+        let b = ours().status(failed).object();
+        let p = pod_of(UID).phase("Running").build();
         let settings = Settings {
             failed_retention: Duration::from_secs(60),
             ..Settings::default()
@@ -930,15 +886,9 @@ mod tests {
 
     #[test]
     fn failed_browser_does_not_cut_a_graceful_pod_deletion_short() {
-        let b = browser(
-            json!({}),
-            json!({"phase": "Failed", "reason": "ContainerTerminated"}),
-        );
-        let p = pod(
-            UID,
-            json!({"deletionTimestamp": "2026-11-22T10:00:40Z", "deletionGracePeriodSeconds": 30}),
-            json!({}),
-        );
+        let failed = ours().failed("ContainerTerminated");
+        let b = failed.clone().object();
+        let p = pod_of(UID).deleting("2026-11-22T10:00:40Z", 30).build();
         let plan = run(&b, Some(&p), "2026-11-22T10:00:20Z", &Settings::default());
         assert_eq!(plan.delete_pod, None);
         assert!(plan.delete_browser);
@@ -948,11 +898,7 @@ mod tests {
         );
 
         // Once deleted, the Browser waits for the pod and forces it after the timeout.
-        let mut deleted = b.clone();
-        deleted.metadata.deletion_timestamp =
-            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-                "2026-11-22T10:00:21Z".parse().unwrap(),
-            ));
+        let deleted = failed.deleting("2026-11-22T10:00:21Z").object();
         let plan = run(
             &deleted,
             Some(&p),
@@ -975,11 +921,11 @@ mod tests {
 
     #[test]
     fn external_delete_waits_for_the_pod_then_releases() {
-        let b = browser(
-            json!({"deletionTimestamp": "2026-11-22T10:01:00Z"}),
-            json!({"phase": "Running"}),
-        );
-        let p = pod(UID, json!({}), json!({"phase": "Running"}));
+        let b = ours()
+            .deleting("2026-11-22T10:01:00Z")
+            .phase("Running")
+            .object();
+        let p = pod_of(UID).phase("Running").build();
         let plan = run(&b, Some(&p), "2026-11-22T10:01:00Z", &Settings::default());
         assert_eq!(
             plan.delete_pod,
@@ -989,11 +935,7 @@ mod tests {
             })
         );
         assert!(!plan.release_finalizer);
-        let p = pod(
-            UID,
-            json!({"deletionTimestamp": "2026-11-22T10:01:30Z", "deletionGracePeriodSeconds": 30}),
-            json!({}),
-        );
+        let p = pod_of(UID).deleting("2026-11-22T10:01:30Z", 30).build();
         let plan = run(&b, Some(&p), "2026-11-22T10:01:10Z", &Settings::default());
         assert_eq!(plan.delete_pod, None);
         assert!(!plan.release_finalizer);
@@ -1004,15 +946,8 @@ mod tests {
 
     #[test]
     fn stuck_terminating_pod_is_forced_and_the_finalizer_released() {
-        let b = browser(
-            json!({"deletionTimestamp": "2026-11-22T10:01:00Z"}),
-            json!({}),
-        );
-        let p = pod(
-            UID,
-            json!({"deletionTimestamp": "2026-11-22T10:01:30Z", "deletionGracePeriodSeconds": 30}),
-            json!({}),
-        );
+        let b = ours().deleting("2026-11-22T10:01:00Z").object();
+        let p = pod_of(UID).deleting("2026-11-22T10:01:30Z", 30).build();
         let plan = run(&b, Some(&p), "2026-11-22T10:06:01Z", &Settings::default());
         assert_eq!(plan.delete_pod.unwrap().grace_seconds, Some(0));
         assert!(plan.release_finalizer);
@@ -1020,11 +955,8 @@ mod tests {
 
     #[test]
     fn deleting_browser_never_touches_a_foreign_pod() {
-        let b = browser(
-            json!({"deletionTimestamp": "2026-11-22T10:01:00Z"}),
-            json!({}),
-        );
-        let p = pod("other", json!({}), json!({}));
+        let b = ours().deleting("2026-11-22T10:01:00Z").object();
+        let p = pod_of("other").build();
         let plan = run(&b, Some(&p), "2026-11-22T10:01:00Z", &Settings::default());
         assert_eq!(plan.delete_pod, None);
         assert!(plan.release_finalizer);
@@ -1032,12 +964,8 @@ mod tests {
 
     #[test]
     fn lifetime_exceeded_ends_the_session() {
-        let b = browser(json!({}), json!({"phase": "Running", "podIP": "10.0.0.1"}));
-        let p = pod(
-            UID,
-            json!({}),
-            json!({"phase": "Running", "podIP": "10.0.0.1"}),
-        );
+        let b = ours().running("10.0.0.1").object();
+        let p = pod_of(UID).running("10.0.0.1").build();
         let settings = Settings {
             max_lifetime: Some(Duration::from_secs(3600)),
             ..Settings::default()
@@ -1056,8 +984,11 @@ mod tests {
 
     #[test]
     fn invalid_spec_fails_before_any_write_to_labels() {
-        let mut b = browser(json!({"finalizers": null}), Value::Null);
-        b.data["spec"]["browserVersion"] = json!("not a label!");
+        // Labelled for 139.0 before the version goes bad.
+        let b = client_made("s1")
+            .labelled()
+            .version("not a label!")
+            .object();
         let plan = decide(
             &Observed {
                 browser: &b,
@@ -1074,18 +1005,15 @@ mod tests {
     /// A Browser and its pod as the Go browser-controller leaves them: finalizer only, status
     /// from its merge patches (no conditions), a pod without the operator's labels whose
     /// owner reference names the split group.
-    fn go_era(status: Value) -> (DynamicObject, Value) {
-        let b = browser(json!({"labels": null}), status);
-        let p = pod(
-            UID,
-            json!({"labels": {"app": "browser"}, "ownerReferences": [
-                {"apiVersion": "browser.selenosis.io/v1", "kind": "Browser", "name": "s1", "uid": UID, "controller": true, "blockOwnerDeletion": true}
-            ]}),
-            json!({"phase": "Running", "podIP": "10.0.0.5", "startTime": "2026-11-22T10:00:02Z", "containerStatuses": [
-                {"name": "browser", "state": {"running": {"startedAt": "2026-11-22T10:00:03Z"}}, "restartCount": 0, "image": "chrome"},
-                {"name": "seleniferous", "state": {"running": {"startedAt": "2026-11-22T10:00:03Z"}}, "restartCount": 0, "image": "s"}
-            ]}),
-        );
+    fn go_era(status: Value) -> (Fixture<fixtures::Browser>, Fixture<fixtures::Pod>) {
+        let b = client_made("s1").finalized().status(status);
+        let p = pod_of(UID)
+            .labels(json!({"app": "browser"}))
+            .owned_by_as("browser.selenosis.io/v1", UID)
+            .running("10.0.0.5")
+            .started("2026-11-22T10:00:02Z")
+            .container_running("browser", "2026-11-22T10:00:03Z")
+            .container_running("seleniferous", "2026-11-22T10:00:03Z");
         (b, p)
     }
 
@@ -1097,6 +1025,7 @@ mod tests {
     #[test]
     fn a_go_era_pod_is_labelled_never_recreated_and_its_ip_kept() {
         let (b, p) = go_era(go_running_status());
+        let (b, p) = (b.object(), p.build());
         let plan = decide(
             &Observed {
                 browser: &b,
@@ -1141,20 +1070,16 @@ mod tests {
 
     #[test]
     fn a_labelled_pod_is_not_adopted_again() {
-        let b = browser(json!({}), json!({"phase": "Running", "podIP": "10.0.0.1"}));
-        let p = pod(
-            UID,
-            json!({}),
-            json!({"phase": "Running", "podIP": "10.0.0.1"}),
-        );
+        let b = ours().running("10.0.0.1").object();
+        let p = pod_of(UID).running("10.0.0.1").build();
         let plan = run(&b, Some(&p), "2026-11-22T10:10:00Z", &Settings::default());
         assert_eq!(plan.adopt_pod, None);
     }
 
     #[test]
     fn a_foreign_pod_without_labels_is_never_adopted() {
-        let b = browser(json!({}), Value::Null);
-        let p = pod("someone-else", json!({"labels": null}), json!({}));
+        let b = ours().object();
+        let p = pod_of("someone-else").labels(Value::Null).build();
         let plan = run(&b, Some(&p), "2026-11-22T10:00:01Z", &Settings::default());
         assert_eq!(plan.adopt_pod, None);
         assert_eq!(written(plan.status)["reason"], "PodConflict");
@@ -1162,7 +1087,8 @@ mod tests {
 
     #[test]
     fn a_go_era_session_end_fails_the_browser_and_deletes_its_pod() {
-        let (b, mut p) = go_era(go_running_status());
+        let (b, p) = go_era(go_running_status());
+        let (b, mut p) = (b.object(), p.build());
         p["status"]["containerStatuses"][1]["state"] =
             json!({"terminated": {"reason": "Completed", "exitCode": 0}});
         let plan = run(&b, Some(&p), "2026-11-22T10:10:00Z", &Settings::default());
@@ -1174,10 +1100,8 @@ mod tests {
 
     #[test]
     fn a_deleted_go_era_browser_labels_its_pod_so_the_watch_sees_it_go() {
-        let (mut b, p) = go_era(go_running_status());
-        b.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-            t("2026-11-22T10:05:00Z"),
-        ));
+        let (b, p) = go_era(go_running_status());
+        let (b, p) = (b.deleting("2026-11-22T10:05:00Z").object(), p.build());
         let plan = run(&b, Some(&p), "2026-11-22T10:05:00Z", &Settings::default());
         assert_eq!(plan.adopt_pod.unwrap().uid, "p-uid");
         assert_eq!(plan.delete_pod.unwrap().grace_seconds, None);
@@ -1190,6 +1114,7 @@ mod tests {
         status["phase"] = json!("Failed");
         status["reason"] = json!("ContainerTerminated");
         let (b, p) = go_era(status);
+        let (b, p) = (b.object(), p.build());
         let plan = run(&b, Some(&p), "2026-11-22T10:05:00Z", &Settings::default());
         assert_eq!(plan.adopt_pod, None);
         assert_eq!(plan.delete_pod.unwrap().grace_seconds, Some(0));
@@ -1199,15 +1124,19 @@ mod tests {
     #[test]
     fn a_status_field_left_by_another_manager_does_not_cause_a_write() {
         let mut current = go_running_status();
-        let (b, p) = go_era(current.clone());
-        let first = run(&b, Some(&p), "2026-11-22T10:10:00Z", &Settings::default());
+        let (b, go_pod) = go_era(current.clone());
+        let p = go_pod.clone().build();
+        let first = run(
+            &b.object(),
+            Some(&p),
+            "2026-11-22T10:10:00Z",
+            &Settings::default(),
+        );
         // After our apply the other manager's `message` stays; the rest is ours.
         current = written(first.status);
         current["message"] = json!("pod is running");
-        let b = browser(json!({}), current);
-        let mut p = p;
-        p["metadata"]["labels"] = json!({"selenosis.io/browser": "s1", "selenosis.io/browser.name": "chrome",
-            "selenosis.io/browser.version": "139.0", "app.kubernetes.io/managed-by": "browser-controller"});
+        let b = ours().status(current).object();
+        let p = go_pod.labelled().build();
         let plan = run(&b, Some(&p), "2026-11-22T10:20:00Z", &Settings::default());
         assert_eq!(
             plan,
@@ -1219,8 +1148,7 @@ mod tests {
     }
 
     fn invalid_spec_message(spec: Value) -> String {
-        let mut b = browser(json!({}), Value::Null);
-        b.data["spec"] = spec;
+        let b = ours().spec(spec).object();
         let plan = decide(
             &Observed {
                 browser: &b,
@@ -1263,17 +1191,14 @@ mod tests {
 
     #[test]
     fn unknown_fields_and_missing_optional_fields_are_ignored() {
-        let mut b = browser(
-            json!({"labels": null, "annotations": null, "finalizers": null}),
-            json!({"phase": "Pending", "futureField": {"x": 1}}),
-        );
+        let mut b = client_made("s1")
+            .status(json!({"phase": "Pending", "futureField": {"x": 1}}))
+            .object();
         b.data["spec"]["futureSpecField"] = json!([1, 2]);
         b.data["extraTopLevel"] = json!("x");
-        let p = pod(
-            UID,
-            json!({}),
-            json!({"phase": "Running", "podIP": "10.0.0.1", "newPodField": true}),
-        );
+        let p = pod_of(UID)
+            .status(json!({"phase": "Running", "podIP": "10.0.0.1", "newPodField": true}))
+            .build();
         let plan = run(&b, Some(&p), "2026-11-22T10:00:05Z", &Settings::default());
         assert!(plan.ensure_metadata);
         assert_eq!(written(plan.status)["phase"], "Running");

@@ -120,6 +120,7 @@ pub fn pod_for<C: Borrow<DynamicObject>>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fixtures::{browser, config};
     use serde_json::{Value, json};
 
     fn browser_resource() -> ApiResource {
@@ -140,18 +141,12 @@ mod tests {
 
     /// The pod, or the failure's reason and message, under `policy`.
     fn outcome_under(spec: Value, policy: &Policy) -> Result<Value, (String, String)> {
-        let browser: DynamicObject = serde_json::from_value(json!({
-            "apiVersion": "selenosis.io/v1", "kind": "Browser",
-            "metadata": {"name": "s1", "namespace": "ns", "uid": "u"},
-            "spec": {"browserName": "chrome", "browserVersion": "139.0"},
-        }))
-        .unwrap();
-        let config: DynamicObject = serde_json::from_value(json!({
-            "apiVersion": "selenosis.io/v1", "kind": "BrowserConfig",
-            "metadata": {"name": "c", "namespace": "ns", "creationTimestamp": "2026-01-01T00:00:00Z"},
-            "spec": spec,
-        }))
-        .unwrap();
+        let browser = browser("s1").namespace("ns").uid("u").object();
+        let config = config("c")
+            .namespace("ns")
+            .created("2026-01-01T00:00:00Z")
+            .spec(spec)
+            .object();
         match pod_for(
             &browser,
             &[config],

@@ -68,11 +68,8 @@ pub fn deletion_reason(browser_status: &Value) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fixtures;
     use serde_json::json;
-
-    fn object(value: Value) -> DynamicObject {
-        serde_json::from_value(value).unwrap()
-    }
 
     #[test]
     fn deletion_reasons_follow_the_outcome() {
@@ -113,11 +110,12 @@ mod tests {
                 json!([{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "lastTransitionTime": "2026-01-01T10:00:01Z"}])
             }
         };
-        object(json!({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "s1", "namespace": "a", "uid": uid, "creationTimestamp": "2026-01-01T10:00:00Z"},
-            "status": {"phase": "Pending", "conditions": conditions},
-        }))
+        fixtures::pod("s1")
+            .namespace("a")
+            .uid(uid)
+            .created("2026-01-01T10:00:00Z")
+            .status(json!({"phase": "Pending", "conditions": conditions}))
+            .object()
     }
 
     #[test]

@@ -383,45 +383,29 @@ pub fn needs_write(current: &Value, desired: &BrowserStatus) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fixtures::{Fixture, Pod, pod};
 
     fn now() -> Timestamp {
         "2026-11-22T10:00:00Z".parse().unwrap()
     }
 
-    fn pod(status: Value) -> Value {
-        json!({
-            "metadata": {"name": "s1", "creationTimestamp": "2026-11-22T09:59:00Z"},
-            "spec": {"containers": [
-                {"name": "browser", "image": "chrome", "ports": [{"containerPort": 4444}]},
-                {"name": "seleniferous", "image": "s", "ports": [{"containerPort": 4445}]}
-            ]},
-            "status": status,
-        })
-    }
-
-    fn waiting(name: &str, reason: &str, message: Option<&str>) -> Value {
-        let mut w = json!({"reason": reason});
-        if let Some(m) = message {
-            w["message"] = json!(m);
-        }
-        json!({"name": name, "state": {"waiting": w}, "restartCount": 0, "image": "img"})
-    }
-
-    fn terminated(name: &str, reason: &str, code: i64) -> Value {
-        json!({"name": name, "state": {"terminated": {"reason": reason, "exitCode": code}}, "restartCount": 0})
+    /// The pod of Browser s1, its containers with ports 4444 and 4445.
+    fn s1() -> Fixture<Pod> {
+        pod("s1").created("2026-11-22T09:59:00Z")
     }
 
     #[test]
     fn running_is_never_published_without_pod_ip() {
-        let p = pod(json!({"phase": "Running"}));
+        let p = s1().phase("Running").build();
         let s = StatusBuilder::new(&Value::Null, now())
             .mirror(&p)
             .to_value();
         assert_eq!(s["phase"], "Pending");
         assert!(s.get("podIP").is_none());
-        let p = pod(
-            json!({"phase": "Running", "podIP": "10.0.0.7", "startTime": "2026-11-22T09:59:30Z"}),
-        );
+        let p = s1()
+            .running("10.0.0.7")
+            .started("2026-11-22T09:59:30Z")
+            .build();
         let s = StatusBuilder::new(&Value::Null, now())
             .mirror(&p)
             .to_value();
@@ -433,11 +417,11 @@ mod tests {
 
     #[test]
     fn container_statuses_carry_spec_ports() {
-        let p = pod(
-            json!({"phase": "Running", "podIP": "10.0.0.7", "containerStatuses": [
+        let p = s1()
+            .status(json!({"phase": "Running", "podIP": "10.0.0.7", "containerStatuses": [
                 {"name": "browser", "image": "chrome:1", "restartCount": 0, "state": {"running": {"startedAt": "t"}}, "containerID": "x"}
-            ]}),
-        );
+            ]}))
+            .build();
         let s = StatusBuilder::new(&Value::Null, now())
             .mirror(&p)
             .to_value();
@@ -449,17 +433,25 @@ mod tests {
 
     #[test]
     fn transient_waiting_is_not_a_failure() {
-        let p = pod(json!({"containerStatuses": [waiting("browser", "ContainerCreating", None)]}));
+        let p = s1()
+            .container_waiting("browser", "ContainerCreating", None)
+            .build();
         assert_eq!(pending_failure(&p), None);
-        let p = pod(json!({"initContainerStatuses": [waiting("init", "PodInitializing", None)]}));
+        let p = s1()
+            .init_container_waiting("init", "PodInitializing")
+            .build();
         assert_eq!(pending_failure(&p), None);
     }
 
     #[test]
     fn non_transient_waiting_fails_with_its_reason() {
-        let p = pod(
-            json!({"containerStatuses": [waiting("browser", "CrashLoopBackOff", Some("back-off restarting failed container"))]}),
-        );
+        let p = s1()
+            .container_waiting(
+                "browser",
+                "CrashLoopBackOff",
+                Some("back-off restarting failed container"),
+            )
+            .build();
         assert_eq!(
             pending_failure(&p),
             Some(Failure::new(
@@ -467,7 +459,7 @@ mod tests {
                 "pod container browser failed: CrashLoopBackOff - back-off restarting failed container"
             ))
         );
-        let p = pod(json!({"initContainerStatuses": [waiting("setup", "ErrImagePull", None)]}));
+        let p = s1().init_container_waiting("setup", "ErrImagePull").build();
         assert_eq!(
             pending_failure(&p).unwrap().message,
             "pod container setup failed: ErrImagePull"
@@ -476,7 +468,9 @@ mod tests {
 
     #[test]
     fn terminated_containers_fail_a_pending_pod_but_completed_init_containers_do_not() {
-        let p = pod(json!({"containerStatuses": [terminated("browser", "OOMKilled", 137)]}));
+        let p = s1()
+            .container_terminated("browser", 137, "OOMKilled")
+            .build();
         assert_eq!(
             pending_failure(&p),
             Some(Failure::new(
@@ -484,27 +478,34 @@ mod tests {
                 "pod container browser terminated: OOMKilled (exit code 137)"
             ))
         );
-        let p = pod(json!({"initContainerStatuses": [terminated("setup", "Completed", 0)]}));
+        let p = s1()
+            .init_container_terminated("setup", 0, "Completed")
+            .build();
         assert_eq!(pending_failure(&p), None);
-        let p = pod(json!({"initContainerStatuses": [terminated("setup", "Error", 2)]}));
+        let p = s1().init_container_terminated("setup", 2, "Error").build();
         assert_eq!(pending_failure(&p).unwrap().reason, "ContainerTerminated");
     }
 
     #[test]
     fn restartable_init_containers_that_stop_are_failures() {
-        let mut p = pod(json!({"initContainerStatuses": [terminated("proxy", "Completed", 0)]}));
+        let mut p = s1()
+            .init_container_terminated("proxy", 0, "Completed")
+            .build();
         p["spec"]["initContainers"] = json!([{"name": "proxy", "restartPolicy": "Always"}]);
         assert!(pending_failure(&p).is_some());
     }
 
     #[test]
     fn critical_termination_only_for_browser_and_seleniferous() {
-        let p =
-            pod(json!({"phase": "Running", "containerStatuses": [terminated("vnc", "Error", 1)]}));
+        let p = s1()
+            .phase("Running")
+            .container_terminated("vnc", 1, "Error")
+            .build();
         assert_eq!(critical_termination(&p), None);
-        let p = pod(
-            json!({"phase": "Running", "containerStatuses": [terminated("seleniferous", "Completed", 0)]}),
-        );
+        let p = s1()
+            .phase("Running")
+            .container_terminated("seleniferous", 0, "Completed")
+            .build();
         assert_eq!(
             critical_termination(&p).unwrap().message,
             "pod container seleniferous terminated: Completed (exit code 0)"
@@ -513,9 +514,10 @@ mod tests {
 
     #[test]
     fn pod_failure_uses_the_pod_reason_then_containers() {
-        let p = pod(
-            json!({"phase": "Failed", "reason": "OOMKilled", "message": "container exceeded memory limit"}),
-        );
+        let p = s1()
+            .failed("OOMKilled")
+            .message("container exceeded memory limit")
+            .build();
         assert_eq!(
             pod_failure(&p),
             Failure::new(
@@ -523,31 +525,34 @@ mod tests {
                 "pod has failed with reason: OOMKilled - container exceeded memory limit"
             )
         );
-        let p = pod(
-            json!({"phase": "Failed", "containerStatuses": [terminated("browser", "Error", 3)]}),
-        );
+        let p = s1()
+            .phase("Failed")
+            .container_terminated("browser", 3, "Error")
+            .build();
         assert_eq!(pod_failure(&p).reason, "Error");
-        let p = pod(json!({"phase": "Failed"}));
+        let p = s1().phase("Failed").build();
         assert_eq!(pod_failure(&p).reason, "PodFailed");
     }
 
     #[test]
     fn pending_detail_names_unschedulable_then_waiting_container() {
-        let p = pod(
-            json!({"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/3 nodes are available: 3 Insufficient cpu."}]}),
-        );
+        let p = s1()
+            .status(json!({"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/3 nodes are available: 3 Insufficient cpu."}]}))
+            .build();
         assert_eq!(
             pending_detail(&p),
             "pod unschedulable: 0/3 nodes are available: 3 Insufficient cpu."
         );
-        let p = pod(json!({"containerStatuses": [waiting("browser", "ContainerCreating", None)]}));
+        let p = s1()
+            .container_waiting("browser", "ContainerCreating", None)
+            .build();
         assert_eq!(pending_detail(&p), "container browser: ContainerCreating");
-        assert_eq!(pending_detail(&pod(json!({}))), "pod not scheduled");
+        assert_eq!(pending_detail(&s1().build()), "pod not scheduled");
     }
 
     #[test]
     fn deletion_request_time_subtracts_the_grace_period() {
-        let p = json!({"metadata": {"deletionTimestamp": "2026-11-22T10:00:30Z", "deletionGracePeriodSeconds": 30}});
+        let p = s1().deleting("2026-11-22T10:00:30Z", 30).build();
         assert_eq!(deletion_requested_at(&p), Some(now()));
     }
 
@@ -566,7 +571,7 @@ mod tests {
 
     #[test]
     fn condition_time_is_stable_across_reconciles() {
-        let p = pod(json!({"phase": "Running", "podIP": "10.0.0.7"}));
+        let p = s1().running("10.0.0.7").build();
         let first = StatusBuilder::new(&Value::Null, now())
             .mirror(&p)
             .to_value();
@@ -580,12 +585,13 @@ mod tests {
     #[test]
     fn pending_churn_is_folded_but_phase_changes_are_written() {
         let created = StatusBuilder::new(&Value::Null, now()).created().to_value();
-        let p = pod(
-            json!({"startTime": "s", "containerStatuses": [waiting("browser", "ContainerCreating", None)]}),
-        );
+        let p = s1()
+            .started("s")
+            .container_waiting("browser", "ContainerCreating", None)
+            .build();
         let pending = StatusBuilder::new(&created, now()).mirror(&p);
         assert!(!needs_write(&created, &pending));
-        let p = pod(json!({"phase": "Running", "podIP": "10.0.0.7"}));
+        let p = s1().running("10.0.0.7").build();
         let running = StatusBuilder::new(&created, now()).mirror(&p);
         assert!(needs_write(&created, &running));
     }

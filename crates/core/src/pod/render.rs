@@ -360,6 +360,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::fixtures;
     use crate::pod::options::ContainerOptions;
 
     const API_VERSION: &str = "selenosis.io/v1";
@@ -369,23 +370,17 @@ mod tests {
     }
 
     fn browser() -> DynamicObject {
-        browser_from(json!({
-            "apiVersion": API_VERSION,
-            "kind": "Browser",
-            "metadata": {
-                "name": "chrome-139-0-abc",
-                "namespace": "selenosis",
-                "uid": "uid-1",
-                "labels": {"selenosis.io/owner": "qa", "tier": "browser-label"},
-                "annotations": {
-                    "selenosis.io/options": "{}",
-                    "kubectl.kubernetes.io/last-applied-configuration": "{}",
-                    "note": "from-browser",
-                    "shared": "browser"
-                }
-            },
-            "spec": {"browserName": "chrome", "browserVersion": "139.0"}
-        }))
+        fixtures::browser("chrome-139-0-abc")
+            .namespace("selenosis")
+            .uid("uid-1")
+            .labels(json!({"selenosis.io/owner": "qa", "tier": "browser-label"}))
+            .annotations(json!({
+                "selenosis.io/options": "{}",
+                "kubectl.kubernetes.io/last-applied-configuration": "{}",
+                "note": "from-browser",
+                "shared": "browser"
+            }))
+            .object()
     }
 
     fn entry() -> Value {

@@ -224,6 +224,7 @@ pub fn totals<'a>(daemon_sets: impl IntoIterator<Item = &'a DynamicObject>) -> (
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fixtures;
     use crate::prepull::render::{HelperImages, plan};
 
     fn daemon_set(generation: i64, status: Value) -> DynamicObject {
@@ -285,12 +286,11 @@ mod tests {
     }
 
     fn config(spec: Value) -> DynamicObject {
-        serde_json::from_value(json!({
-            "apiVersion": "selenosis.io/v1", "kind": "BrowserConfig",
-            "metadata": {"name": "chrome", "namespace": "ns", "uid": "u1"},
-            "spec": spec,
-        }))
-        .unwrap()
+        fixtures::config("chrome")
+            .namespace("ns")
+            .uid("u1")
+            .spec(spec)
+            .object()
     }
 
     fn two_groups() -> Plan {

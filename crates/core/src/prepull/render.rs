@@ -430,16 +430,16 @@ fn body(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fixtures;
 
     const API_VERSION: &str = "selenosis.io/v1";
 
     fn config(name: &str, spec: Value) -> DynamicObject {
-        serde_json::from_value(json!({
-            "apiVersion": API_VERSION, "kind": "BrowserConfig",
-            "metadata": {"name": name, "namespace": "selenosis", "uid": "uid-1"},
-            "spec": spec,
-        }))
-        .unwrap()
+        fixtures::config(name)
+            .namespace("selenosis")
+            .uid("uid-1")
+            .spec(spec)
+            .object()
     }
 
     fn plan_of(spec: Value) -> Plan {

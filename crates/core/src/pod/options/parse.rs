@@ -222,6 +222,7 @@ mod tests {
     use serde_json::{Map, Value, json};
 
     use super::*;
+    use crate::fixtures;
 
     const PREFIX: &str = "unmarshal selenosis.io/options: ";
 
@@ -450,13 +451,7 @@ mod tests {
     }
 
     fn browser(annotations: Value) -> DynamicObject {
-        serde_json::from_value(json!({
-            "apiVersion": "selenosis.io/v1",
-            "kind": "Browser",
-            "metadata": {"name": "b", "annotations": annotations},
-            "spec": {"browserName": "chrome", "browserVersion": "139.0"}
-        }))
-        .unwrap()
+        fixtures::browser("b").annotations(annotations).object()
     }
 
     #[test]
