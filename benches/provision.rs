@@ -1157,7 +1157,8 @@ async fn force_delete_pods(ctx: &Ctx<'_>, names: &[String]) -> Result<(), BenchE
 
 /// The ideal client's phase: N Browsers created as for the operator and provisioned by the
 /// ideal client, then removed by the benchmark (pods force-deleted, finalizers removed,
-/// Browsers deleted) outside the figures.
+/// Browsers deleted) outside the figures. Under mixed load their sessions end as the
+/// operator run's do, and the ideal client cleans them up itself.
 async fn ideal(ctx: &Ctx<'_>, backend: &Backend, runtime: &Handle) -> Result<Ideal, BenchError> {
     let n = ctx.plan.browsers;
     let prefix = "ideal-";
@@ -1175,16 +1176,21 @@ async fn ideal(ctx: &Ctx<'_>, backend: &Backend, runtime: &Handle) -> Result<Ide
         },
     );
     client.synced().await?;
+    end_sessions(ctx, &names);
     let server_start = ctx.server_cpu()?;
     let cpu_start = Cpu::now(OPERATOR_THREADS)?;
     let created = ctx.create_browsers(&names, ctx.plan.rate).await?;
-    ctx.wait_running(&names, || client.check(), !ctx.plan.smoke)
-        .await?;
+    if ctx.plan.session_end.is_some() {
+        ctx.wait_gone(prefix, n, || client.check()).await?;
+    } else {
+        ctx.wait_running(&names, || client.check(), !ctx.plan.smoke)
+            .await?;
+    }
     let client_cpu = Cpu::now(OPERATOR_THREADS)?.since(&cpu_start);
     let server_cpu = server_since(ctx.server_cpu()?, server_start);
     let flow = ctx.flow(&names, &created, Some(&client.log), server_cpu, client_cpu);
     let writes = report::writes_of(&client.log.counts());
-    let duplicates = client.log.duplicates(false);
+    let duplicates = client.log.duplicates(ctx.plan.session_end.is_some());
     drop(client);
 
     force_delete_pods(ctx, &names).await?;
@@ -1214,15 +1220,11 @@ async fn ideal(ctx: &Ctx<'_>, backend: &Backend, runtime: &Handle) -> Result<Ide
     })
 }
 
-/// The operator run: N Browsers created (at `--rate` or all at once), Running, then all
-/// deleted.
-async fn provision(ctx: &Ctx<'_>, op: &mut Operator) -> Result<(Run, Cost), BenchError> {
-    let n = ctx.plan.browsers;
-    let names = names("b-", 0..n);
-    let server_start = ctx.server_cpu()?;
-    let cpu_start = op.cpu()?;
+/// Mixed load: the session of each of `names` ends (its seleniferous container exits) the
+/// planned time after its pod runs.
+fn end_sessions(ctx: &Ctx<'_>, names: &[String]) {
     if let Some(after) = ctx.plan.session_end {
-        for name in &names {
+        for name in names {
             ctx.kubelet.set(
                 name,
                 Script::ExitAfterRunning {
@@ -1233,6 +1235,16 @@ async fn provision(ctx: &Ctx<'_>, op: &mut Operator) -> Result<(Run, Cost), Benc
             );
         }
     }
+}
+
+/// The operator run: N Browsers created (at `--rate` or all at once), Running, then all
+/// deleted.
+async fn provision(ctx: &Ctx<'_>, op: &mut Operator) -> Result<(Run, Cost), BenchError> {
+    let n = ctx.plan.browsers;
+    let names = names("b-", 0..n);
+    let server_start = ctx.server_cpu()?;
+    let cpu_start = op.cpu()?;
+    end_sessions(ctx, &names);
     let created = ctx.create_browsers(&names, ctx.plan.rate).await?;
     if ctx.plan.session_end.is_some() {
         // Mixed load: every session ends by itself; the phase is over when the operator has

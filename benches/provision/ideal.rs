@@ -5,7 +5,11 @@
 //! `startTime` — driven by its own watches of Browsers and pods. At most `concurrency`
 //! Browsers are being provisioned at once; a `Running` write goes out as soon as the pod is
 //! seen running, without waiting behind creations, so that its latency is a bound for any
-//! client of this server. Nothing is retried: a failed write fails the phase.
+//! client of this server. Under mixed load it also ends sessions as the operator does, each
+//! write as soon as the event that calls for it arrives: when a container of the running pod
+//! terminated, the status `Failed` (reason `ContainerTerminated`), the pod's graceful delete
+//! and the Browser's delete; when the pod is gone, the finalizer's release. Nothing is
+//! retried: a failed write fails the phase.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -13,7 +17,7 @@ use std::time::Duration;
 
 use browser_controller::api::keys;
 use futures::{FutureExt, StreamExt};
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::core::ApiResource;
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
@@ -58,9 +62,13 @@ enum Progress {
     /// when the pod was seen running meanwhile.
     Creating {
         running: Option<Value>,
+        /// The session ended meanwhile: its end follows the creation's writes.
+        ended: bool,
     },
     Pending,
     Running,
+    /// The session ended: its cleanup was written, the finalizer goes when the pod is gone.
+    Ending,
 }
 
 /// The writes for Browsers of one namespace, each apply under the operator's field manager.
@@ -93,7 +101,7 @@ impl Writer {
 
     /// Metadata, pod, `Pending`; then `Running` if the pod already runs.
     async fn create(&self, browser: DynamicObject) -> Result<(), BenchError> {
-        let _permit = self.permits.acquire().await;
+        let permit = self.permits.acquire().await;
         let name = browser.metadata.name.clone().unwrap_or_default();
         let uid = browser.metadata.uid.clone().unwrap_or_default();
         let spec = |f: &str| browser.data["spec"][f].clone();
@@ -115,26 +123,60 @@ impl Writer {
             .map_err(api_error("ideal client: apply pod"))?;
         self.status(&name, &uid, json!({"phase": "Pending"}))
             .await?;
-        let running = {
+        let (running, ended) = {
             let mut progress = self.progress();
             match progress.insert(name.clone(), Progress::Pending) {
+                Some(Progress::Creating { ended: true, .. }) => {
+                    progress.insert(name.clone(), Progress::Ending);
+                    (None, true)
+                }
                 Some(Progress::Creating {
                     running: Some(status),
+                    ..
                 }) => {
                     progress.insert(name.clone(), Progress::Running);
-                    Some(status)
+                    (Some(status), false)
                 }
-                _ => None,
+                _ => (None, false),
             }
         };
         if let Some(status) = running {
             self.status(&name, &uid, status).await?;
+        }
+        if ended {
+            drop(permit);
+            self.end(name, uid).await?;
         }
         Ok(())
     }
 
     async fn running(&self, name: String, uid: String, status: Value) -> Result<(), BenchError> {
         self.status(&name, &uid, status).await
+    }
+
+    /// The session's end: status `Failed`, the pod's graceful delete, the Browser's delete.
+    async fn end(&self, name: String, uid: String) -> Result<(), BenchError> {
+        let failed = json!({"phase": "Failed", "reason": "ContainerTerminated"});
+        self.status(&name, &uid, failed).await?;
+        tolerate(
+            self.pods.delete(&name, &DeleteParams::default()).await,
+            "delete pod",
+        )?;
+        tolerate(
+            self.browsers.delete(&name, &DeleteParams::default()).await,
+            "delete Browser",
+        )
+    }
+
+    /// The pod is gone: the Browser's finalizer goes.
+    async fn release(&self, name: String) -> Result<(), BenchError> {
+        let release = Patch::Merge(json!({"metadata": {"finalizers": null}}));
+        tolerate(
+            self.browsers
+                .patch(&name, &PatchParams::default(), &release)
+                .await,
+            "release the finalizer",
+        )
     }
 
     async fn status(&self, name: &str, uid: &str, status: Value) -> Result<(), BenchError> {
@@ -148,24 +190,47 @@ impl Writer {
     }
 }
 
-/// The `Running` status for a pod that runs with an IP, and the uid of its Browser.
-fn running_status(pod: &DynamicObject) -> Option<(String, Value)> {
-    let status = &pod.data["status"];
-    let ip = status["podIP"].as_str().filter(|ip| !ip.is_empty())?;
-    if status["phase"] != "Running" {
-        return None;
+/// A 404 is what the operator tolerates too: the object is gone already.
+fn tolerate<T>(result: Result<T, kube::Error>, what: &'static str) -> Result<(), BenchError> {
+    match result {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(e) => Err(api_error(what)(e)),
     }
+}
+
+/// The uid of the Browser that owns `pod`.
+fn owner_uid(pod: &DynamicObject) -> Option<String> {
     let owner = pod
         .metadata
         .owner_references
         .as_ref()?
         .iter()
         .find(|o| o.controller == Some(true))?;
+    Some(owner.uid.clone())
+}
+
+/// Whether a container of the running pod terminated: the session is over.
+fn ended(pod: &DynamicObject) -> bool {
+    let status = &pod.data["status"];
+    status["containerStatuses"]
+        .as_array()
+        .is_some_and(|cs| cs.iter().any(|c| c["state"]["terminated"].is_object()))
+}
+
+/// The `Running` status for a pod that runs with an IP, and the uid of its Browser.
+fn running_status(pod: &DynamicObject) -> Option<(String, Value)> {
+    let status = &pod.data["status"];
+    let ip = status["podIP"].as_str().filter(|ip| !ip.is_empty())?;
+    if status["phase"] != "Running" || ended(pod) {
+        return None;
+    }
+    let owner = owner_uid(pod)?;
     let mut running = json!({"phase": "Running", "podIP": ip});
     if let Some(start) = status.get("startTime").filter(|s| !s.is_null()) {
         running["startTime"] = start.clone();
     }
-    Some((owner.uid.clone(), running))
+    Some((owner, running))
 }
 
 impl IdealClient {
@@ -227,6 +292,7 @@ impl IdealClient {
 enum Seen {
     Browser(DynamicObject),
     Pod(DynamicObject),
+    PodGone(DynamicObject),
     /// A watch completed a list.
     Listed,
 }
@@ -241,23 +307,25 @@ async fn run(
     fn seen(
         event: Result<watcher::Event<DynamicObject>, watcher::Error>,
         kind: fn(DynamicObject) -> Seen,
+        gone: fn(DynamicObject) -> Option<Seen>,
     ) -> Option<Seen> {
         match event {
             Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => Some(kind(o)),
+            Ok(watcher::Event::Delete(o)) => gone(o),
             Ok(watcher::Event::InitDone) => Some(Seen::Listed),
             _ => None,
         }
     }
     let browsers = watcher(writer.browsers.clone(), watcher::Config::default())
         .default_backoff()
-        .map(|e| seen(e, Seen::Browser))
+        .map(|e| seen(e, Seen::Browser, |_| None))
         .boxed();
     let pods = watcher(
         writer.pods.clone(),
         watcher::Config::default().labels(&keys::managed_pods_selector()),
     )
     .default_backoff()
-    .map(|e| seen(e, Seen::Pod))
+    .map(|e| seen(e, Seen::Pod, |o| Some(Seen::PodGone(o))))
     .boxed();
     let mut synced = Some(synced);
     let mut lists = 0;
@@ -288,16 +356,35 @@ async fn run(
                         if progress.contains_key(&name) {
                             continue;
                         }
-                        progress.insert(name, Progress::Creating { running: None });
+                        progress.insert(name, Progress::Creating { running: None, ended: false });
                         let writer = writer.clone();
                         writes.spawn(async move { writer.create(browser).await });
                     }
                     Seen::Listed => {}
+                    Seen::PodGone(pod) => {
+                        if matches!(writer.progress().get(&name), Some(Progress::Ending)) {
+                            let writer = writer.clone();
+                            writes.spawn(async move { writer.release(pod_name(&pod)).await });
+                        }
+                    }
+                    Seen::Pod(pod) if ended(&pod) => {
+                        let Some(uid) = owner_uid(&pod) else { continue };
+                        let mut progress = writer.progress();
+                        match progress.get_mut(&name) {
+                            Some(Progress::Creating { ended, .. }) => *ended = true,
+                            Some(p @ (Progress::Pending | Progress::Running)) => {
+                                *p = Progress::Ending;
+                                let writer = writer.clone();
+                                writes.spawn(async move { writer.end(name, uid).await });
+                            }
+                            _ => {}
+                        }
+                    }
                     Seen::Pod(pod) => {
                         let Some((uid, status)) = running_status(&pod) else { continue };
                         let mut progress = writer.progress();
                         match progress.get_mut(&name) {
-                            Some(Progress::Creating { running }) => {
+                            Some(Progress::Creating { running, .. }) => {
                                 running.get_or_insert(status);
                             }
                             Some(p @ Progress::Pending) => {
@@ -315,9 +402,13 @@ async fn run(
     }
 }
 
+fn pod_name(o: &DynamicObject) -> String {
+    o.metadata.name.clone().unwrap_or_default()
+}
+
 fn object_name(seen: &Seen) -> String {
     match seen {
-        Seen::Browser(o) | Seen::Pod(o) => o.metadata.name.clone().unwrap_or_default(),
+        Seen::Browser(o) | Seen::Pod(o) | Seen::PodGone(o) => pod_name(o),
         Seen::Listed => String::new(),
     }
 }
