@@ -23,13 +23,14 @@
 //! what the runner schedules by. The scenarios live in modules by subject: `lifecycle`
 //! (sessions and every cleanup row), `restarts` (SIGKILL, API server outages), `config`
 //! (configs and the Pod schema), `upgrades` (older CRD sets, both layouts), `rbac` (scope),
-//! `prepull` and `kubectl`. They see the private items of this file, as child modules do.
+//! `metrics` (the operator's `/metrics`), `prepull` and `kubectl`. They see the private items of this file, as child modules do.
 
 mod check;
 mod config;
 mod hostile;
 mod kubectl;
 mod lifecycle;
+mod metrics;
 mod node;
 mod partition;
 mod prepull;
@@ -408,6 +409,8 @@ struct Ctx {
     layout: Layout,
     kubelet: Option<KubeletHandle>,
     operator: Mutex<Option<Child>>,
+    /// Where the operator serves `/metrics`, once a scenario asked for it.
+    metrics_port: Mutex<Option<u16>>,
     log: PathBuf,
     /// Every Browser and pod a watch saw, in order, with its kind (items of a pod list
     /// carry none), when it saw it, and whether it saw it deleted.
@@ -477,6 +480,7 @@ impl Ctx {
             layout: scenario.layout,
             kubelet,
             operator: Mutex::new(None),
+            metrics_port: Mutex::new(None),
             log,
             seen,
             recorders,
@@ -545,6 +549,77 @@ impl Ctx {
         die_with_parent(&mut command)
             .spawn()
             .expect("operator starts")
+    }
+
+    /// [`Ctx::start_operator`] with its `/metrics` endpoint on a free loopback port, which
+    /// [`Ctx::metrics`] scrapes; returns the port.
+    fn start_scraped_operator(&self, flags: &[&str]) -> u16 {
+        let port = host::free_port();
+        let addr = format!("--metrics-addr=127.0.0.1:{port}");
+        let mut flags = flags.to_vec();
+        flags.push(&addr);
+        self.start_operator(&flags);
+        *self.metrics_port.lock().unwrap() = Some(port);
+        port
+    }
+
+    /// The operator's exposition, as `GET /metrics` answers it (empty while it does not
+    /// answer).
+    async fn metrics(&self) -> String {
+        let port = self
+            .metrics_port
+            .lock()
+            .unwrap()
+            .expect("the operator was started by start_scraped_operator");
+        tokio::task::spawn_blocking(move || host::http_get(port, "/metrics"))
+            .await
+            .ok()
+            .flatten()
+            .filter(|(code, _)| *code == 200)
+            .map(|(_, body)| body)
+            .unwrap_or_default()
+    }
+
+    /// Waits until the operator's exposition shows `series` at `value`.
+    async fn until_metric(&self, series: &str, value: f64) {
+        self.until_metrics(&format!("{series} = {value}"), |text| {
+            sample(text, series) == Some(value)
+        })
+        .await;
+    }
+
+    /// Waits until `check` holds on the operator's exposition; returns it.
+    async fn until_metrics(&self, what: &str, check: impl Fn(&str) -> bool) -> String {
+        poll(WAIT, Duration::from_millis(100), || async {
+            let text = self.metrics().await;
+            if check(&text) {
+                Ok(text)
+            } else {
+                Err(format!("{what}; metrics:\n{text}"))
+            }
+        })
+        .await
+    }
+
+    /// SIGTERM, as a rollout stops a pod: waits for the operator to end, and for it to end
+    /// cleanly.
+    async fn stop_operator(&self) {
+        let Some(mut child) = self.operator.lock().unwrap().take() else {
+            return;
+        };
+        // SAFETY: a plain signal to our own child, which is not reaped yet.
+        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+        let status = tokio::task::spawn_blocking(move || {
+            let status = host::wait_exit(&mut child, WAIT);
+            kill(&mut child);
+            status
+        })
+        .await
+        .unwrap();
+        assert!(
+            status.is_some_and(|s| s.success()),
+            "the operator ends cleanly on SIGTERM within {WAIT:?}: {status:?}"
+        );
     }
 
     /// SIGKILL: no shutdown, no cleanup, as when a node dies.
@@ -994,6 +1069,20 @@ impl Ctx {
     }
 }
 
+/// The value of the sample named exactly `series` (name and labels) in an exposition.
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .filter_map(|l| l.rsplit_once(' '))
+        .find(|(name, _)| *name == series)
+        .and_then(|(_, v)| v.parse().ok())
+}
+
+/// Every sample of the family `name` (its lines that carry labels).
+fn samples<'a>(text: &'a str, name: &str) -> Vec<&'a str> {
+    let prefix = format!("{name}{{");
+    text.lines().filter(|l| l.starts_with(&prefix)).collect()
+}
+
 /// Polls `probe` every `every` until it answers `Ok`; panics with its last `Err` after `limit`.
 async fn poll<T, F: Future<Output = Result<T, String>>>(
     limit: Duration,
@@ -1175,6 +1264,10 @@ fn scenarios() -> Vec<Scenario> {
             false
         ),
         scenario!(lifecycle::browser_older_than_max_lifetime_is_ended, false),
+        scenario!(metrics::metrics_of_a_scripted_lifecycle_show_in_every_family, true),
+        scenario!(metrics::the_metrics_endpoint_serves_the_families_after_an_external_delete,
+            false
+        ),
         scenario!(hostile::a_browser_named_longer_than_a_label_value_runs_and_is_cleaned_up,
             false
         ),

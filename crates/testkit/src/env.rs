@@ -1,5 +1,5 @@
 //! The scenario language of the suites that run the operator inside the test process against
-//! the API server double (compat, lifecycle, metrics): one `Env` holds the server, a kubelet
+//! the API server double (compat, lifecycle): one `Env` holds the server, a kubelet
 //! on `node-1`, the operator and a watcher's view of the Browsers, and speaks in Browsers,
 //! configs and conditions. What only one subject needs (the Go-era sessions of the compat
 //! suite, say) lives next to its scenarios as a further `impl Env`.
@@ -137,22 +137,14 @@ pub fn condition<'a>(conditions: &'a [Value], kind: &str) -> Option<&'a Value> {
     conditions.iter().find(|c| c["type"] == kind)
 }
 
-/// The value of the sample named exactly `series` (name and labels).
-pub fn sample(text: &str, series: &str) -> Option<f64> {
-    text.lines()
-        .filter_map(|l| l.rsplit_once(' '))
-        .find(|(name, _)| *name == series)
-        .and_then(|(_, v)| v.parse().ok())
-}
-
 impl Env {
-    /// Starts the operator as the binary would with `flags`, on ephemeral ports: a scenario
-    /// that scrapes `/metrics` passes its own `--metrics-addr`.
+    /// Starts the operator as the binary would with `flags`, its endpoints off.
     pub fn start_operator(&mut self, flags: &[&str]) {
-        let mut argv = vec!["browser-controller", "--health-probe-bind-address=0"];
-        if !flags.iter().any(|f| f.starts_with("--metrics-addr")) {
-            argv.push("--metrics-addr=0");
-        }
+        let mut argv = vec![
+            "browser-controller",
+            "--health-probe-bind-address=0",
+            "--metrics-addr=0",
+        ];
         argv.extend_from_slice(flags);
         let args = Cli::try_parse_from(argv).expect("flags parse").run;
         let (tx, rx) = oneshot::channel::<()>();
@@ -318,14 +310,6 @@ impl Env {
                 .get("browserconfigs", NS, name)
                 .and_then(|c| c["status"]["conditions"].as_array().cloned())
                 .is_some_and(|cs| condition(&cs, kind).is_some())
-        })
-        .await;
-    }
-
-    /// Waits until the operator's own exposition shows `series` at `value`.
-    pub async fn until_metric(&self, series: &str, value: f64) {
-        self.until(&format!("{series} = {value}"), |e| {
-            sample(&e.metrics.encode().unwrap(), series) == Some(value)
         })
         .await;
     }
