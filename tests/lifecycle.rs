@@ -166,7 +166,6 @@ async fn a_browser_whose_status_is_always_refused_is_deleted_not_retried_forever
         .subresource("status")
         .object(NS, "mute"),
     );
-    env.record_browser_events();
     env.create_browser(hub_browser("mute")).await;
     // No status can be written: the Browser is deleted, its pod with it.
     env.until_gone("mute").await;

@@ -23,9 +23,11 @@
 //! what the runner schedules by. The scenarios live in modules by subject: `lifecycle`
 //! (sessions and every cleanup row), `restarts` (SIGKILL, API server outages), `config`
 //! (configs and the Pod schema), `upgrades` (older CRD sets, both layouts), `rbac` (scope),
-//! `metrics` (the operator's `/metrics`), `prepull` and `kubectl`. They see the private items of this file, as child modules do.
+//! `metrics` (the operator's `/metrics`), `compat` (the Go controller's leftovers, other
+//! clients' objects, both layouts), `prepull` and `kubectl`. They see the private items of this file, as child modules do.
 
 mod check;
+mod compat;
 mod config;
 mod hostile;
 mod kubectl;
@@ -55,7 +57,7 @@ use serde_json::{Value, json};
 
 use browser_controller::api::crd::Layout;
 use browser_controller::api::keys;
-use support::apiserver::{ApiServer, Fault, ServeHandle};
+use support::apiserver::{ApiServer, Fault, RequestRecord, ServeHandle};
 use support::controlplane::{self, Assets, ControlPlane};
 use support::host::{self, TempDir, die_with_parent, kill, tail};
 use support::images;
@@ -620,6 +622,20 @@ impl Ctx {
             status.is_some_and(|s| s.success()),
             "the operator ends cleanly on SIGTERM within {WAIT:?}: {status:?}"
         );
+    }
+
+    /// The requests of this namespace in the double's request log, in order; `None` on a
+    /// real API server, which keeps no such log (a scenario checks this there otherwise, or
+    /// says it skips the check).
+    fn requests(&self) -> Option<Vec<RequestRecord>> {
+        let (server, _) = self.be.double.as_ref()?;
+        Some(
+            server
+                .requests()
+                .into_iter()
+                .filter(|r| r.namespace.as_deref() == Some(self.ns.as_str()))
+                .collect(),
+        )
     }
 
     /// SIGKILL: no shutdown, no cleanup, as when a node dies.
@@ -1229,6 +1245,13 @@ fn scenarios() -> Vec<Scenario> {
             before_crds: true,
             ..scenario!(upgrades::crds_applied_over_older_sets_keep_objects_and_sessions, true)
         },
+        Scenario {
+            before_crds: true,
+            ..scenario!(compat::a_go_era_session_survives_replacing_the_helm_chart_crds_with_ours,
+                true,
+                Layout::SplitGroups
+            )
+        },
         scenario!(config::pod_fields_the_cluster_lacks_are_removed_with_a_warning,
             true
         ),
@@ -1264,6 +1287,23 @@ fn scenarios() -> Vec<Scenario> {
             false
         ),
         scenario!(lifecycle::browser_older_than_max_lifetime_is_ended, false),
+        scenario!(compat::a_running_go_era_session_is_adopted_and_cleaned_up_without_recreating_its_pod,
+            true
+        ),
+        scenario!(compat::adoption_works_in_the_split_layout_with_an_owner_reference_of_the_other_group,
+            true,
+            Layout::SplitGroups
+        ),
+        scenario!(compat::a_go_era_browser_already_failed_is_completed, true),
+        scenario!(compat::a_go_era_browser_being_deleted_is_completed_once_its_pod_is_gone,
+            true
+        ),
+        scenario!(compat::with_both_layouts_installed_the_default_is_selenosis_io_and_flags_pin_the_split_groups,
+            true
+        ),
+        scenario!(compat::objects_from_other_clients_reconcile_or_fail_clearly_without_blocking_the_queue,
+            false
+        ),
         scenario!(metrics::metrics_of_a_scripted_lifecycle_show_in_every_family, true),
         scenario!(metrics::the_metrics_endpoint_serves_the_families_after_an_external_delete,
             false

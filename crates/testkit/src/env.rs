@@ -1,8 +1,7 @@
-//! The scenario language of the suites that run the operator inside the test process against
-//! the API server double (compat, lifecycle): one `Env` holds the server, a kubelet
-//! on `node-1`, the operator and a watcher's view of the Browsers, and speaks in Browsers,
-//! configs and conditions. What only one subject needs (the Go-era sessions of the compat
-//! suite, say) lives next to its scenarios as a further `impl Env`.
+//! The scenario language of the lifecycle suite, which runs the operator inside the test
+//! process against the API server double: one `Env` holds the server, a kubelet on `node-1`,
+//! the operator and a watcher's view of the Browsers, and speaks in Browsers, configs and
+//! conditions.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -35,8 +34,6 @@ pub const WAIT: Duration = Duration::from_secs(20);
 pub struct Env {
     pub server: ApiServer,
     pub client: Client,
-    /// The layout Browsers and configs are made in unless a scenario names another.
-    pub layout: Layout,
     /// Shared by every run of the operator in this Env, so a restart keeps counting.
     pub metrics: Arc<Metrics>,
     pub kubelet: KubeletHandle,
@@ -48,16 +45,12 @@ pub struct Env {
 /// How an [`Env`] is set up: by default a fresh server with our CRDs of the default layout.
 pub struct EnvBuilder {
     server: ApiServer,
-    layout: Layout,
-    crds: Option<Vec<Value>>,
 }
 
 impl Env {
     pub fn builder() -> EnvBuilder {
         EnvBuilder {
             server: ApiServer::new(),
-            layout: Layout::Default,
-            crds: None,
         }
     }
 
@@ -75,42 +68,23 @@ impl EnvBuilder {
         self
     }
 
-    /// The layout whose CRDs are installed (unless [`EnvBuilder::crds`] says otherwise) and
-    /// in which Browsers and configs are made.
-    pub fn layout(mut self, layout: Layout) -> Self {
-        self.layout = layout;
-        self
-    }
-
-    /// Installs exactly `crds` (several layouts, or someone else's) instead of ours.
-    pub fn crds(mut self, crds: Vec<Value>) -> Self {
-        self.crds = Some(crds);
-        self
-    }
-
-    /// The server and kubelet, without the operator: the scenario prepares the cluster first.
-    pub fn build(self) -> Env {
-        let crds = self.crds.unwrap_or_else(|| crd::crds(self.layout));
-        for crd in &crds {
+    /// Installs our CRDs, starts the kubelet, watches the Browsers and starts the operator
+    /// with `flags`.
+    pub async fn start(self, flags: &[&str]) -> Env {
+        for crd in &crd::crds(Layout::Default) {
             self.server.install_crd(crd).expect("CRD installs");
         }
         let client = self.server.client();
         let kubelet = Kubelet::start(client.clone(), "node-1", Script::Run);
-        Env {
+        let mut env = Env {
             server: self.server,
             client,
-            layout: self.layout,
             metrics: Arc::new(Metrics::new()),
             kubelet,
             stop: None,
             operator: None,
             events: Arc::new(Mutex::new(Vec::new())),
-        }
-    }
-
-    /// Builds, watches the Browsers and starts the operator with `flags`.
-    pub async fn start(self, flags: &[&str]) -> Env {
-        let mut env = self.build();
+        };
         env.record_browser_events();
         env.start_operator(flags);
         env
@@ -174,11 +148,10 @@ impl Env {
         }
     }
 
-    /// Every watch event of Browsers in the Env's layout, as a client (the hub,
-    /// `kubectl get -w`) sees them.
-    pub fn record_browser_events(&self) {
+    /// Every watch event of Browsers, as a client (the hub, `kubectl get -w`) sees them.
+    fn record_browser_events(&self) {
         let api: Api<DynamicObject> =
-            Api::all_with(self.client.clone(), &browser_resource(self.layout));
+            Api::all_with(self.client.clone(), &browser_resource(Layout::Default));
         let events = self.events.clone();
         tokio::spawn(async move {
             let mut stream = watcher(api, watcher::Config::default()).boxed();
@@ -216,50 +189,37 @@ impl Env {
     }
 
     pub fn browsers(&self) -> Api<DynamicObject> {
-        self.browsers_in(self.layout)
-    }
-
-    pub fn browsers_in(&self, layout: Layout) -> Api<DynamicObject> {
-        Api::namespaced_with(self.client.clone(), NS, &browser_resource(layout))
+        Api::namespaced_with(self.client.clone(), NS, &browser_resource(Layout::Default))
     }
 
     pub fn configs(&self) -> Api<DynamicObject> {
-        Api::namespaced_with(self.client.clone(), NS, &config_resource(self.layout))
+        Api::namespaced_with(self.client.clone(), NS, &config_resource(Layout::Default))
     }
 
     pub fn pods(&self) -> Api<DynamicObject> {
         Api::namespaced_with(self.client.clone(), NS, &pod_resource())
     }
 
-    /// Creates `browser` (a [`fixtures::browser`]) in [`NS`] in the Env's layout.
+    /// Creates `browser` (a [`fixtures::browser`]) in [`NS`].
     pub async fn create_browser(&self, browser: Fixture<Browser>) {
-        self.create_browser_in(self.layout, browser).await;
-    }
-
-    pub async fn create_browser_in(&self, layout: Layout, browser: Fixture<Browser>) {
         let obj = browser
             .namespace(NS)
-            .api_version(&browser_resource(layout).api_version)
+            .api_version(&browser_resource(Layout::Default).api_version)
             .object();
-        self.browsers_in(layout)
+        self.browsers()
             .create(&PostParams::default(), &obj)
             .await
             .expect("browser created");
     }
 
     pub async fn create_config(&self, name: &str, spec: Value) {
-        self.create_config_in(self.layout, name, spec).await;
-    }
-
-    pub async fn create_config_in(&self, layout: Layout, name: &str, spec: Value) {
-        let ar = config_resource(layout);
-        let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), NS, &ar);
         let obj = fixtures::config(name)
             .namespace(NS)
-            .api_version(&ar.api_version)
+            .api_version(&config_resource(Layout::Default).api_version)
             .spec(spec)
             .object();
-        api.create(&PostParams::default(), &obj)
+        self.configs()
+            .create(&PostParams::default(), &obj)
             .await
             .expect("config created");
     }

@@ -1,7 +1,7 @@
 //! Test support of browser-controller, a dev-only crate of the workspace compiled once for
 //! every suite: an in-process Kubernetes API server double, a kubelet simulator that drives
 //! pods through a `kube::Client`, the control-plane and real-node harnesses, and `env::Env`,
-//! the scenario language of the suites that run the operator in the test process.
+//! the scenario language of the lifecycle suite, which runs the operator in the test process.
 
 use std::path::{Path, PathBuf};
 
