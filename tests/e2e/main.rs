@@ -19,16 +19,18 @@
 //! contains NAME; `--list` lists them; `E2E_JOBS` (default 4) scenarios run at once.
 //!
 //! This file is the test language (backends, one scenario's `Ctx`, waits) and the runner, with
-//! the list of scenarios in [`scenarios`]: its order and its `before_crds`/`alone` marks are
-//! what the runner schedules by. The scenarios live in modules by subject: `lifecycle`
+//! the list of scenarios in [`scenarios`]: its order and its `before_crds`/`alone`/`own_double`
+//! marks are what the runner schedules by. The scenarios live in modules by subject: `lifecycle`
 //! (sessions and every cleanup row), `restarts` (SIGKILL, API server outages), `config`
 //! (configs and the Pod schema), `upgrades` (older CRD sets, both layouts), `rbac` (scope),
 //! `metrics` (the operator's `/metrics`), `compat` (the Go controller's leftovers, other
-//! clients' objects, both layouts), `prepull` and `kubectl`. They see the private items of this file, as child modules do.
+//! clients' objects, both layouts), `faults` (what only a double sets up or sees; most of
+//! them `own_double`), `prepull` and `kubectl`. They see the private items of this file, as child modules do.
 
 mod check;
 mod compat;
 mod config;
+mod faults;
 mod hostile;
 mod kubectl;
 mod lifecycle;
@@ -181,14 +183,19 @@ impl Backend {
 
     async fn double() -> Self {
         let server = ApiServer::new();
-        let served = server.serve().await.expect("double serves");
-        let dir = TempDir::new("e2e-double");
-        let kubeconfig = dir.join("kubeconfig");
-        served.write_kubeconfig(&kubeconfig).unwrap();
         // Like a real API server: the Pod schema is served, and an apply carrying a field
         // it lacks is refused.
         server.serve_openapi(true, true);
         server.check_pod_fields(400);
+        Self::double_with(server).await
+    }
+
+    /// A backend of the double `server`, as prepared (its Pod schema, say).
+    async fn double_with(server: ApiServer) -> Self {
+        let served = server.serve().await.expect("double serves");
+        let dir = TempDir::new("e2e-double");
+        let kubeconfig = dir.join("kubeconfig");
+        served.write_kubeconfig(&kubeconfig).unwrap();
         let client = server.client();
         // As on a real server, the operator acts as the ServiceAccount of rbac/, with exactly
         // its rules (`rbac_in_step` checks afterwards that it needed every one of them).
@@ -1218,6 +1225,10 @@ struct Scenario {
     alone: bool,
     /// Needs a real node: runs there only, and only such scenarios run there.
     node: bool,
+    /// Changes what the whole API server does (faults, watches, availability, its Pod
+    /// schema) or counts its every request: runs on a double of its own, made by this
+    /// function, beside the double's other scenarios, and on no other backend.
+    own_double: Option<fn() -> ApiServer>,
     run: Run,
 }
 
@@ -1234,6 +1245,7 @@ macro_rules! scenario {
             before_crds: false,
             alone: false,
             node: false,
+            own_double: None,
             run: |cx| Box::pin($m::$f(cx)),
         }
     };
@@ -1304,6 +1316,81 @@ fn scenarios() -> Vec<Scenario> {
         scenario!(compat::objects_from_other_clients_reconcile_or_fail_clearly_without_blocking_the_queue,
             false
         ),
+        scenario!(faults::an_entry_above_the_pod_security_ceiling_is_invalid_and_its_browsers_fail, false),
+        scenario!(faults::the_privileged_level_lets_the_same_entry_run, true),
+        scenario!(faults::deleting_a_config_does_not_disturb_sessions_that_have_their_pod, false),
+        scenario!(faults::a_valid_config_reports_valid_and_ready_with_its_generation, false),
+        scenario!(faults::a_younger_config_defining_the_same_entry_reports_a_conflict_naming_the_winner, false),
+        scenario!(faults::without_the_prepull_flag_a_config_that_asks_hears_so_and_nothing_is_pulled, false),
+        scenario!(faults::a_config_deleted_while_the_operator_was_away_loses_its_daemon_sets_on_its_return, true),
+        Scenario {
+            own_double: Some(faults::plain),
+            ..scenario!(faults::a_normal_session_costs_at_most_8_writes, true)
+        },
+        Scenario {
+            own_double: Some(faults::plain),
+            ..scenario!(faults::transient_create_errors_are_retried, false)
+        },
+        Scenario {
+            own_double: Some(faults::plain),
+            ..scenario!(faults::a_pod_create_refused_for_an_unknown_reason_fails_the_browser_after_three_tries, false)
+        },
+        Scenario {
+            own_double: Some(faults::plain),
+            ..scenario!(faults::a_metadata_write_refused_for_good_fails_the_browser_naming_the_answer, false)
+        },
+        Scenario {
+            own_double: Some(faults::plain),
+            ..scenario!(faults::a_browser_whose_status_is_always_refused_is_deleted_not_retried_forever, false)
+        },
+        Scenario {
+            own_double: Some(faults::plain),
+            ..scenario!(faults::dropped_watches_are_resumed_and_sessions_still_run, false)
+        },
+        Scenario {
+            own_double: Some(faults::plain),
+            ..scenario!(faults::a_quota_refusing_the_dry_run_leaves_validity_unknown_with_one_event_and_backoff, false)
+        },
+        Scenario {
+            own_double: Some(faults::plain),
+            ..scenario!(faults::a_browser_gets_one_pod_while_its_cache_lags_through_its_failure, true)
+        },
+        Scenario {
+            own_double: Some(faults::plain),
+            ..scenario!(faults::nothing_more_is_written_for_a_browser_the_api_answered_404_for, false)
+        },
+        Scenario {
+            own_double: Some(faults::plain),
+            ..scenario!(faults::after_an_api_outage_new_browsers_get_a_status_within_seconds, false)
+        },
+        Scenario {
+            own_double: Some(faults::plain),
+            ..scenario!(faults::a_daemon_set_the_cluster_refuses_is_reported_with_a_warning_and_not_retried_at_once, false)
+        },
+        Scenario {
+            own_double: Some(faults::older_cluster),
+            ..scenario!(faults::on_an_older_cluster_fields_it_lacks_are_removed_and_reported, false)
+        },
+        Scenario {
+            own_double: Some(faults::current_cluster),
+            ..scenario!(faults::on_a_current_cluster_nothing_is_removed_or_reported, false)
+        },
+        Scenario {
+            own_double: Some(faults::older_cluster_without_v3),
+            ..scenario!(faults::without_openapi_v3_the_v2_document_is_used, false)
+        },
+        Scenario {
+            own_double: Some(faults::cluster_without_schema),
+            ..scenario!(faults::without_any_schema_the_operator_runs_and_applies_pods_unpruned, false)
+        },
+        Scenario {
+            own_double: Some(faults::current_cluster_answering_422),
+            ..scenario!(faults::a_rejection_after_the_schema_changed_refetches_it_and_the_browser_still_runs, false)
+        },
+        Scenario {
+            own_double: Some(faults::current_cluster),
+            ..scenario!(faults::a_dry_run_rejected_for_a_stale_schema_is_judged_again_with_the_new_one, false)
+        },
         scenario!(metrics::metrics_of_a_scripted_lifecycle_show_in_every_family, true),
         scenario!(metrics::the_metrics_endpoint_serves_the_families_after_an_external_delete,
             false
@@ -1463,6 +1550,24 @@ async fn run_one(be: Arc<Backend>, scenario: &Scenario, index: usize) -> Result<
     })
 }
 
+/// Runs one scenario on a double of its own, with our CRDs of both layouts.
+async fn run_on_own_double(
+    server: ApiServer,
+    scenario: &Scenario,
+    index: usize,
+) -> Result<(), String> {
+    let be = Backend::double_with(server).await;
+    install_crds(&be.client)
+        .await
+        .map_err(|e| format!("crds/ on the scenario's own double: {e}"))?;
+    let be = Arc::new(be);
+    let result = run_one(be.clone(), scenario, index).await;
+    if let Ok(be) = Arc::try_unwrap(be) {
+        be.stop().await;
+    }
+    result
+}
+
 fn names(objects: &[Value]) -> Vec<&str> {
     objects
         .iter()
@@ -1535,7 +1640,14 @@ async fn run_backend(be: Backend, selected: &[&Scenario], complete: bool, tally:
                 return (label, None);
             }
             let t = Instant::now();
-            let result = run_one(be, s, i).await;
+            let result = match s.own_double {
+                None => run_one(be, s, i).await,
+                Some(_) if be.kind != Kind::Double => {
+                    println!("test {label} ... skipped (needs a double of its own)");
+                    return (label, None);
+                }
+                Some(server) => run_on_own_double(server(), s, i).await,
+            };
             let secs = t.elapsed().as_secs_f64();
             match &result {
                 Ok(()) => println!("test {label} ... ok ({secs:.1}s)"),
