@@ -39,27 +39,6 @@ fn go_patch() -> PatchParams {
     }
 }
 
-/// The object `name` of `api` once `check` holds for it.
-async fn until_object(
-    api: &Api<DynamicObject>,
-    name: &str,
-    what: &str,
-    check: impl Fn(&Value) -> bool,
-) -> Value {
-    poll(WAIT, Duration::from_millis(50), || async {
-        let object = api
-            .get_opt(name)
-            .await
-            .map_err(|e| format!("{what}: {e}"))?
-            .map(|o| serde_json::to_value(o).unwrap());
-        match object {
-            Some(o) if check(&o) => Ok(o),
-            other => Err(format!("{what}: {other:#?}")),
-        }
-    })
-    .await
-}
-
 fn crd_api(cx: &Ctx) -> Api<DynamicObject> {
     cx.be
         .api_all(&ApiResource::erase::<CustomResourceDefinition>(&()))
@@ -269,23 +248,25 @@ async fn take_over_a_running_go_session(
     }
     cx.start_operator(&[]);
 
-    let pod = until_object(
-        &cx.pods(),
-        "go1",
-        "the Go-era pod to carry the operator's labels",
-        labelled_by_operator,
-    )
-    .await;
-    let browser = until_object(
-        &cx.browsers(),
-        "go1",
-        "the Browser to carry the operator's labels and Ready",
-        |b| {
-            b["metadata"]["labels"][keys::LABEL_BROWSER] == "go1"
-                && b["status"]["conditions"][0]["status"] == "True"
-        },
-    )
-    .await;
+    let pod = cx
+        .until_object(
+            &cx.pods(),
+            "go1",
+            "the Go-era pod to carry the operator's labels",
+            labelled_by_operator,
+        )
+        .await;
+    let browser = cx
+        .until_object(
+            &cx.browsers(),
+            "go1",
+            "the Browser to carry the operator's labels and Ready",
+            |b| {
+                b["metadata"]["labels"][keys::LABEL_BROWSER] == "go1"
+                    && b["status"]["conditions"][0]["status"] == "True"
+            },
+        )
+        .await;
     assert_eq!(
         pod["metadata"]["uid"],
         pod_uid.as_str(),
@@ -442,7 +423,7 @@ pub(crate) async fn with_both_layouts_installed_the_default_is_selenosis_io_and_
         .expect("split Browser created");
     cx.start_operator(&[]);
     cx.create_browser("default", json!({})).await;
-    until_object(
+    cx.until_object(
         &cx.browsers(),
         "default",
         "the selenosis.io Browser to run",
@@ -463,7 +444,7 @@ pub(crate) async fn with_both_layouts_installed_the_default_is_selenosis_io_and_
         "--browser-api-group=browser.selenosis.io",
         "--browserconfig-api-group=browserconfig.selenosis.io",
     ]);
-    until_object(
+    cx.until_object(
         &split_browsers,
         "split",
         "the split-group Browser to run",
@@ -561,7 +542,7 @@ pub(crate) async fn objects_from_other_clients_reconcile_or_fail_clearly_without
     }
     let configs = cx.api(&config_resource(cx.layout));
     for name in ["empty", "chrome"] {
-        until_object(&configs, name, "both configs to report a status", |c| {
+        cx.until_object(&configs, name, "both configs to report a status", |c| {
             c["status"]["conditions"].is_array()
         })
         .await;

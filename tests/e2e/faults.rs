@@ -150,27 +150,8 @@ impl Ctx {
 
     async fn config(&self, name: &str) -> Option<Value> {
         let api = self.api(&config_resource(self.layout));
-        api.get_opt(name)
-            .await
-            .ok()
-            .flatten()
-            .map(|c| serde_json::to_value(c).unwrap())
-    }
-
-    /// Waits until `check` holds for the BrowserConfig `name`; returns it.
-    async fn until_config_is(
-        &self,
-        name: &str,
-        what: &str,
-        check: impl Fn(&Value) -> bool,
-    ) -> Value {
-        poll(WAIT, Duration::from_millis(50), || async {
-            match self.config(name).await {
-                Some(c) if check(&c) => Ok(c),
-                other => Err(format!("{what}: {other:#?}")),
-            }
-        })
-        .await
+        let config = api.get_opt(name).await.ok().flatten()?;
+        Some(serde_json::to_value(config).unwrap())
     }
 
     /// The BrowserConfig's conditions once it reports `Valid` for its current generation.
@@ -208,31 +189,8 @@ impl Ctx {
             .collect()
     }
 
-    async fn until_warning(&self, name: &str, reason: &str) {
-        poll(WAIT, Duration::from_millis(100), || async {
-            if self.warnings(name, reason).await.is_empty() {
-                Err(format!("a {reason} Warning about {name}"))
-            } else {
-                Ok(())
-            }
-        })
-        .await
-    }
-
     async fn daemon_sets(&self) -> Vec<Value> {
         Ctx::list(&self.api(&resource("apps", "DaemonSet", "daemonsets"))).await
-    }
-
-    async fn until_daemon_set_count(&self, what: &str, count: usize) {
-        poll(WAIT, Duration::from_millis(50), || async {
-            let all = self.daemon_sets().await;
-            if all.len() == count {
-                Ok(())
-            } else {
-                Err(format!("{what}: {all:#?}"))
-            }
-        })
-        .await
     }
 }
 
@@ -690,7 +648,7 @@ fn assert_pruned(pod: &Value) {
 
 /// The Warning event on the Browser and the BrowserConfig condition name both fields.
 async fn assert_reported(cx: &Ctx) {
-    cx.until_warning("s1", "PodFieldsRemoved").await;
+    cx.until_events("s1", &["PodFieldsRemoved"]).await;
     let notes = cx.warnings("s1", "PodFieldsRemoved").await;
     assert_eq!(notes.len(), 1, "{notes:?}");
     assert!(
@@ -1040,7 +998,8 @@ pub(crate) async fn a_config_deleted_while_the_operator_was_away_loses_its_daemo
     cx.start_operator(&["--enable-prepull"]);
     cx.create_config("chrome", serde_json::from_str(PREPULL_SPEC).unwrap())
         .await;
-    cx.until_daemon_set_count("a pre-pull DaemonSet", 1).await;
+    cx.until_daemon_sets("a pre-pull DaemonSet", |all| all.len() == 1)
+        .await;
     cx.stop_operator().await;
     cx.api(&config_resource(cx.layout))
         .delete("chrome", &Default::default())
@@ -1049,5 +1008,6 @@ pub(crate) async fn a_config_deleted_while_the_operator_was_away_loses_its_daemo
     // Nothing collects garbage here: the DaemonSet stays until the operator sweeps it.
     assert_eq!(cx.daemon_sets().await.len(), 1);
     cx.start_operator(&["--enable-prepull"]);
-    cx.until_daemon_set_count("the DaemonSet swept", 0).await;
+    cx.until_daemon_sets("the DaemonSet swept", |all| all.is_empty())
+        .await;
 }

@@ -886,24 +886,52 @@ impl Ctx {
         self.create_config("chrome", self.chrome_spec()).await;
     }
 
-    /// Waits until the BrowserConfig `name` reports condition `kind` as `status`.
-    async fn until_config(&self, name: &str, kind: &str, status: &str) -> Value {
-        let api = self.api(&config_resource(self.layout));
+    /// The object `name` of `api` once `check` holds for it.
+    async fn until_object(
+        &self,
+        api: &Api<DynamicObject>,
+        name: &str,
+        what: &str,
+        check: impl Fn(&Value) -> bool,
+    ) -> Value {
         poll(WAIT, Duration::from_millis(50), || async {
-            let config = match api.get(name).await {
-                Ok(c) => serde_json::to_value(c).unwrap(),
-                Err(e) => return Err(format!("BrowserConfig {name}: {e}")),
-            };
-            config["status"]["conditions"]
-                .as_array()
-                .and_then(|cs| {
-                    cs.iter()
-                        .find(|c| c["type"] == kind && c["status"] == status)
-                })
-                .cloned()
-                .ok_or_else(|| format!("BrowserConfig {name}: no {kind}={status}: {config:#}"))
+            let object = api
+                .get_opt(name)
+                .await
+                .map_err(|e| format!("{what}: {name}: {e}"))?
+                .map(|o| serde_json::to_value(o).unwrap());
+            match object {
+                Some(o) if check(&o) => Ok(o),
+                other => Err(format!("{what}: {other:#?}")),
+            }
         })
         .await
+    }
+
+    /// The BrowserConfig `name` once `check` holds for it.
+    async fn until_config_is(
+        &self,
+        name: &str,
+        what: &str,
+        check: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let api = self.api(&config_resource(self.layout));
+        self.until_object(&api, name, what, check).await
+    }
+
+    /// Waits until the BrowserConfig `name` reports condition `kind` as `status`; returns
+    /// the condition.
+    async fn until_config(&self, name: &str, kind: &str, status: &str) -> Value {
+        let has = |c: &Value| c["type"] == kind && c["status"] == status;
+        let config = self
+            .until_config_is(name, &format!("{name}: {kind}={status}"), |c| {
+                c["status"]["conditions"]
+                    .as_array()
+                    .is_some_and(|cs| cs.iter().any(has))
+            })
+            .await;
+        let conditions = config["status"]["conditions"].as_array().unwrap();
+        conditions.iter().find(|c| has(c)).unwrap().clone()
     }
 
     async fn create_browser(&self, name: &str, annotations: Value) {
