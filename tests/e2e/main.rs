@@ -19,17 +19,22 @@
 //! contains NAME; `--list` lists them; `E2E_JOBS` (default 4) scenarios run at once.
 //!
 //! This file is the test language (backends, one scenario's `Ctx`, waits) and the runner, with
-//! the list of scenarios in [`scenarios`]: its order and its `before_crds`/`alone` marks are
-//! what the runner schedules by. The scenarios live in modules by subject: `lifecycle`
+//! the list of scenarios in [`scenarios`]: its order and its `before_crds`/`alone`/`own_double`
+//! marks are what the runner schedules by. The scenarios live in modules by subject: `lifecycle`
 //! (sessions and every cleanup row), `restarts` (SIGKILL, API server outages), `config`
 //! (configs and the Pod schema), `upgrades` (older CRD sets, both layouts), `rbac` (scope),
-//! `prepull` and `kubectl`. They see the private items of this file, as child modules do.
+//! `metrics` (the operator's `/metrics`), `compat` (the Go controller's leftovers, other
+//! clients' objects, both layouts), `faults` (what only a double sets up or sees; most of
+//! them `own_double`), `prepull` and `kubectl`. They see the private items of this file, as child modules do.
 
 mod check;
+mod compat;
 mod config;
+mod faults;
 mod hostile;
 mod kubectl;
 mod lifecycle;
+mod metrics;
 mod node;
 mod partition;
 mod prepull;
@@ -54,7 +59,7 @@ use serde_json::{Value, json};
 
 use browser_controller::api::crd::Layout;
 use browser_controller::api::keys;
-use support::apiserver::{ApiServer, Fault, ServeHandle};
+use support::apiserver::{ApiServer, Fault, RequestRecord, ServeHandle};
 use support::controlplane::{self, Assets, ControlPlane};
 use support::host::{self, TempDir, die_with_parent, kill, tail};
 use support::images;
@@ -178,14 +183,19 @@ impl Backend {
 
     async fn double() -> Self {
         let server = ApiServer::new();
-        let served = server.serve().await.expect("double serves");
-        let dir = TempDir::new("e2e-double");
-        let kubeconfig = dir.join("kubeconfig");
-        served.write_kubeconfig(&kubeconfig).unwrap();
         // Like a real API server: the Pod schema is served, and an apply carrying a field
         // it lacks is refused.
         server.serve_openapi(true, true);
         server.check_pod_fields(400);
+        Self::double_with(server).await
+    }
+
+    /// A backend of the double `server`, as prepared (its Pod schema, say).
+    async fn double_with(server: ApiServer) -> Self {
+        let served = server.serve().await.expect("double serves");
+        let dir = TempDir::new("e2e-double");
+        let kubeconfig = dir.join("kubeconfig");
+        served.write_kubeconfig(&kubeconfig).unwrap();
         let client = server.client();
         // As on a real server, the operator acts as the ServiceAccount of rbac/, with exactly
         // its rules (`rbac_in_step` checks afterwards that it needed every one of them).
@@ -408,6 +418,8 @@ struct Ctx {
     layout: Layout,
     kubelet: Option<KubeletHandle>,
     operator: Mutex<Option<Child>>,
+    /// Where the operator serves `/metrics`, once a scenario asked for it.
+    metrics_port: Mutex<Option<u16>>,
     log: PathBuf,
     /// Every Browser and pod a watch saw, in order, with its kind (items of a pod list
     /// carry none), when it saw it, and whether it saw it deleted.
@@ -477,6 +489,7 @@ impl Ctx {
             layout: scenario.layout,
             kubelet,
             operator: Mutex::new(None),
+            metrics_port: Mutex::new(None),
             log,
             seen,
             recorders,
@@ -545,6 +558,91 @@ impl Ctx {
         die_with_parent(&mut command)
             .spawn()
             .expect("operator starts")
+    }
+
+    /// [`Ctx::start_operator`] with its `/metrics` endpoint on a free loopback port, which
+    /// [`Ctx::metrics`] scrapes; returns the port.
+    fn start_scraped_operator(&self, flags: &[&str]) -> u16 {
+        let port = host::free_port();
+        let addr = format!("--metrics-addr=127.0.0.1:{port}");
+        let mut flags = flags.to_vec();
+        flags.push(&addr);
+        self.start_operator(&flags);
+        *self.metrics_port.lock().unwrap() = Some(port);
+        port
+    }
+
+    /// The operator's exposition, as `GET /metrics` answers it (empty while it does not
+    /// answer).
+    async fn metrics(&self) -> String {
+        let port = self
+            .metrics_port
+            .lock()
+            .unwrap()
+            .expect("the operator was started by start_scraped_operator");
+        tokio::task::spawn_blocking(move || host::http_get(port, "/metrics"))
+            .await
+            .ok()
+            .flatten()
+            .filter(|(code, _)| *code == 200)
+            .map(|(_, body)| body)
+            .unwrap_or_default()
+    }
+
+    /// Waits until the operator's exposition shows `series` at `value`.
+    async fn until_metric(&self, series: &str, value: f64) {
+        self.until_metrics(&format!("{series} = {value}"), |text| {
+            sample(text, series) == Some(value)
+        })
+        .await;
+    }
+
+    /// Waits until `check` holds on the operator's exposition; returns it.
+    async fn until_metrics(&self, what: &str, check: impl Fn(&str) -> bool) -> String {
+        poll(WAIT, Duration::from_millis(100), || async {
+            let text = self.metrics().await;
+            if check(&text) {
+                Ok(text)
+            } else {
+                Err(format!("{what}; metrics:\n{text}"))
+            }
+        })
+        .await
+    }
+
+    /// SIGTERM, as a rollout stops a pod: waits for the operator to end, and for it to end
+    /// cleanly.
+    async fn stop_operator(&self) {
+        let Some(mut child) = self.operator.lock().unwrap().take() else {
+            return;
+        };
+        // SAFETY: a plain signal to our own child, which is not reaped yet.
+        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+        let status = tokio::task::spawn_blocking(move || {
+            let status = host::wait_exit(&mut child, WAIT);
+            kill(&mut child);
+            status
+        })
+        .await
+        .unwrap();
+        assert!(
+            status.is_some_and(|s| s.success()),
+            "the operator ends cleanly on SIGTERM within {WAIT:?}: {status:?}"
+        );
+    }
+
+    /// The requests of this namespace in the double's request log, in order; `None` on a
+    /// real API server, which keeps no such log (a scenario checks this there otherwise, or
+    /// says it skips the check).
+    fn requests(&self) -> Option<Vec<RequestRecord>> {
+        let (server, _) = self.be.double.as_ref()?;
+        Some(
+            server
+                .requests()
+                .into_iter()
+                .filter(|r| r.namespace.as_deref() == Some(self.ns.as_str()))
+                .collect(),
+        )
     }
 
     /// SIGKILL: no shutdown, no cleanup, as when a node dies.
@@ -788,24 +886,52 @@ impl Ctx {
         self.create_config("chrome", self.chrome_spec()).await;
     }
 
-    /// Waits until the BrowserConfig `name` reports condition `kind` as `status`.
-    async fn until_config(&self, name: &str, kind: &str, status: &str) -> Value {
-        let api = self.api(&config_resource(self.layout));
+    /// The object `name` of `api` once `check` holds for it.
+    async fn until_object(
+        &self,
+        api: &Api<DynamicObject>,
+        name: &str,
+        what: &str,
+        check: impl Fn(&Value) -> bool,
+    ) -> Value {
         poll(WAIT, Duration::from_millis(50), || async {
-            let config = match api.get(name).await {
-                Ok(c) => serde_json::to_value(c).unwrap(),
-                Err(e) => return Err(format!("BrowserConfig {name}: {e}")),
-            };
-            config["status"]["conditions"]
-                .as_array()
-                .and_then(|cs| {
-                    cs.iter()
-                        .find(|c| c["type"] == kind && c["status"] == status)
-                })
-                .cloned()
-                .ok_or_else(|| format!("BrowserConfig {name}: no {kind}={status}: {config:#}"))
+            let object = api
+                .get_opt(name)
+                .await
+                .map_err(|e| format!("{what}: {name}: {e}"))?
+                .map(|o| serde_json::to_value(o).unwrap());
+            match object {
+                Some(o) if check(&o) => Ok(o),
+                other => Err(format!("{what}: {other:#?}")),
+            }
         })
         .await
+    }
+
+    /// The BrowserConfig `name` once `check` holds for it.
+    async fn until_config_is(
+        &self,
+        name: &str,
+        what: &str,
+        check: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let api = self.api(&config_resource(self.layout));
+        self.until_object(&api, name, what, check).await
+    }
+
+    /// Waits until the BrowserConfig `name` reports condition `kind` as `status`; returns
+    /// the condition.
+    async fn until_config(&self, name: &str, kind: &str, status: &str) -> Value {
+        let has = |c: &Value| c["type"] == kind && c["status"] == status;
+        let config = self
+            .until_config_is(name, &format!("{name}: {kind}={status}"), |c| {
+                c["status"]["conditions"]
+                    .as_array()
+                    .is_some_and(|cs| cs.iter().any(has))
+            })
+            .await;
+        let conditions = config["status"]["conditions"].as_array().unwrap();
+        conditions.iter().find(|c| has(c)).unwrap().clone()
     }
 
     async fn create_browser(&self, name: &str, annotations: Value) {
@@ -994,6 +1120,20 @@ impl Ctx {
     }
 }
 
+/// The value of the sample named exactly `series` (name and labels) in an exposition.
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .filter_map(|l| l.rsplit_once(' '))
+        .find(|(name, _)| *name == series)
+        .and_then(|(_, v)| v.parse().ok())
+}
+
+/// Every sample of the family `name` (its lines that carry labels).
+fn samples<'a>(text: &'a str, name: &str) -> Vec<&'a str> {
+    let prefix = format!("{name}{{");
+    text.lines().filter(|l| l.starts_with(&prefix)).collect()
+}
+
 /// Polls `probe` every `every` until it answers `Ok`; panics with its last `Err` after `limit`.
 async fn poll<T, F: Future<Output = Result<T, String>>>(
     limit: Duration,
@@ -1113,6 +1253,10 @@ struct Scenario {
     alone: bool,
     /// Needs a real node: runs there only, and only such scenarios run there.
     node: bool,
+    /// Changes what the whole API server does (faults, watches, availability, its Pod
+    /// schema) or counts its every request: runs on a double of its own, made by this
+    /// function, beside the double's other scenarios, and on no other backend.
+    own_double: Option<fn() -> ApiServer>,
     run: Run,
 }
 
@@ -1129,6 +1273,7 @@ macro_rules! scenario {
             before_crds: false,
             alone: false,
             node: false,
+            own_double: None,
             run: |cx| Box::pin($m::$f(cx)),
         }
     };
@@ -1139,6 +1284,13 @@ fn scenarios() -> Vec<Scenario> {
         Scenario {
             before_crds: true,
             ..scenario!(upgrades::crds_applied_over_older_sets_keep_objects_and_sessions, true)
+        },
+        Scenario {
+            before_crds: true,
+            ..scenario!(compat::a_go_era_session_survives_replacing_the_helm_chart_crds_with_ours,
+                true,
+                Layout::SplitGroups
+            )
         },
         scenario!(config::pod_fields_the_cluster_lacks_are_removed_with_a_warning,
             true
@@ -1175,6 +1327,102 @@ fn scenarios() -> Vec<Scenario> {
             false
         ),
         scenario!(lifecycle::browser_older_than_max_lifetime_is_ended, false),
+        scenario!(compat::a_running_go_era_session_is_adopted_and_cleaned_up_without_recreating_its_pod,
+            true
+        ),
+        scenario!(compat::adoption_works_in_the_split_layout_with_an_owner_reference_of_the_other_group,
+            true,
+            Layout::SplitGroups
+        ),
+        scenario!(compat::a_go_era_browser_already_failed_is_completed, true),
+        scenario!(compat::a_go_era_browser_being_deleted_is_completed_once_its_pod_is_gone,
+            true
+        ),
+        scenario!(compat::with_both_layouts_installed_the_default_is_selenosis_io_and_flags_pin_the_split_groups,
+            true
+        ),
+        scenario!(compat::objects_from_other_clients_reconcile_or_fail_clearly_without_blocking_the_queue,
+            false
+        ),
+        scenario!(faults::an_entry_above_the_pod_security_ceiling_is_invalid_and_its_browsers_fail, false),
+        scenario!(faults::the_privileged_level_lets_the_same_entry_run, true),
+        scenario!(faults::deleting_a_config_does_not_disturb_sessions_that_have_their_pod, false),
+        scenario!(faults::a_valid_config_reports_valid_and_ready_with_its_generation, false),
+        scenario!(faults::a_younger_config_defining_the_same_entry_reports_a_conflict_naming_the_winner, false),
+        scenario!(faults::without_the_prepull_flag_a_config_that_asks_hears_so_and_nothing_is_pulled, false),
+        scenario!(faults::a_config_deleted_while_the_operator_was_away_loses_its_daemon_sets_on_its_return, true),
+        Scenario {
+            own_double: Some(faults::plain),
+            ..scenario!(faults::a_normal_session_costs_at_most_8_writes, true)
+        },
+        Scenario {
+            own_double: Some(faults::plain),
+            ..scenario!(faults::transient_create_errors_are_retried, false)
+        },
+        Scenario {
+            own_double: Some(faults::plain),
+            ..scenario!(faults::a_pod_create_refused_for_an_unknown_reason_fails_the_browser_after_three_tries, false)
+        },
+        Scenario {
+            own_double: Some(faults::plain),
+            ..scenario!(faults::a_metadata_write_refused_for_good_fails_the_browser_naming_the_answer, false)
+        },
+        Scenario {
+            own_double: Some(faults::plain),
+            ..scenario!(faults::a_browser_whose_status_is_always_refused_is_deleted_not_retried_forever, false)
+        },
+        Scenario {
+            own_double: Some(faults::plain),
+            ..scenario!(faults::dropped_watches_are_resumed_and_sessions_still_run, false)
+        },
+        Scenario {
+            own_double: Some(faults::plain),
+            ..scenario!(faults::a_quota_refusing_the_dry_run_leaves_validity_unknown_with_one_event_and_backoff, false)
+        },
+        Scenario {
+            own_double: Some(faults::plain),
+            ..scenario!(faults::a_browser_gets_one_pod_while_its_cache_lags_through_its_failure, true)
+        },
+        Scenario {
+            own_double: Some(faults::plain),
+            ..scenario!(faults::nothing_more_is_written_for_a_browser_the_api_answered_404_for, false)
+        },
+        Scenario {
+            own_double: Some(faults::plain),
+            ..scenario!(faults::after_an_api_outage_new_browsers_get_a_status_within_seconds, false)
+        },
+        Scenario {
+            own_double: Some(faults::plain),
+            ..scenario!(faults::a_daemon_set_the_cluster_refuses_is_reported_with_a_warning_and_not_retried_at_once, false)
+        },
+        Scenario {
+            own_double: Some(faults::older_cluster),
+            ..scenario!(faults::on_an_older_cluster_fields_it_lacks_are_removed_and_reported, false)
+        },
+        Scenario {
+            own_double: Some(faults::current_cluster),
+            ..scenario!(faults::on_a_current_cluster_nothing_is_removed_or_reported, false)
+        },
+        Scenario {
+            own_double: Some(faults::older_cluster_without_v3),
+            ..scenario!(faults::without_openapi_v3_the_v2_document_is_used, false)
+        },
+        Scenario {
+            own_double: Some(faults::cluster_without_schema),
+            ..scenario!(faults::without_any_schema_the_operator_runs_and_applies_pods_unpruned, false)
+        },
+        Scenario {
+            own_double: Some(faults::current_cluster_answering_422),
+            ..scenario!(faults::a_rejection_after_the_schema_changed_refetches_it_and_the_browser_still_runs, false)
+        },
+        Scenario {
+            own_double: Some(faults::current_cluster),
+            ..scenario!(faults::a_dry_run_rejected_for_a_stale_schema_is_judged_again_with_the_new_one, false)
+        },
+        scenario!(metrics::metrics_of_a_scripted_lifecycle_show_in_every_family, true),
+        scenario!(metrics::the_metrics_endpoint_serves_the_families_after_an_external_delete,
+            false
+        ),
         scenario!(hostile::a_browser_named_longer_than_a_label_value_runs_and_is_cleaned_up,
             false
         ),
@@ -1330,6 +1578,24 @@ async fn run_one(be: Arc<Backend>, scenario: &Scenario, index: usize) -> Result<
     })
 }
 
+/// Runs one scenario on a double of its own, with our CRDs of both layouts.
+async fn run_on_own_double(
+    server: ApiServer,
+    scenario: &Scenario,
+    index: usize,
+) -> Result<(), String> {
+    let be = Backend::double_with(server).await;
+    install_crds(&be.client)
+        .await
+        .map_err(|e| format!("crds/ on the scenario's own double: {e}"))?;
+    let be = Arc::new(be);
+    let result = run_one(be.clone(), scenario, index).await;
+    if let Ok(be) = Arc::try_unwrap(be) {
+        be.stop().await;
+    }
+    result
+}
+
 fn names(objects: &[Value]) -> Vec<&str> {
     objects
         .iter()
@@ -1402,7 +1668,14 @@ async fn run_backend(be: Backend, selected: &[&Scenario], complete: bool, tally:
                 return (label, None);
             }
             let t = Instant::now();
-            let result = run_one(be, s, i).await;
+            let result = match s.own_double {
+                None => run_one(be, s, i).await,
+                Some(_) if be.kind != Kind::Double => {
+                    println!("test {label} ... skipped (needs a double of its own)");
+                    return (label, None);
+                }
+                Some(server) => run_on_own_double(server(), s, i).await,
+            };
             let secs = t.elapsed().as_secs_f64();
             match &result {
                 Ok(()) => println!("test {label} ... ok ({secs:.1}s)"),

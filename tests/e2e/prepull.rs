@@ -43,7 +43,7 @@ fn daemon_set_resource() -> ApiResource {
 
 impl Ctx {
     /// Waits until the namespace's DaemonSets satisfy `check`; returns them by name.
-    async fn until_daemon_sets(
+    pub(crate) async fn until_daemon_sets(
         &self,
         what: &str,
         check: impl Fn(&BTreeMap<String, Value>) -> bool,

@@ -176,24 +176,6 @@ pub fn wait_until(
     }
 }
 
-/// [`wait_until`] for async tests: polls every 10 ms without blocking the runtime.
-pub async fn until_async(
-    what: &str,
-    limit: Duration,
-    mut check: impl FnMut() -> bool,
-    context: impl Fn() -> String,
-) {
-    let deadline = Instant::now() + limit;
-    while !check() {
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for {what}; {}",
-            context()
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 /// The child gets SIGKILL when the thread that spawned it ends, so an aborted test run
 /// leaves no process behind. `PR_SET_PDEATHSIG` follows the spawning *thread*: spawn from a
 /// thread that lives as long as the child should (the main thread or a runtime worker, never

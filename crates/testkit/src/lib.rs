@@ -1,7 +1,7 @@
 //! Test support of browser-controller, a dev-only crate of the workspace compiled once for
 //! every suite: an in-process Kubernetes API server double, a kubelet simulator that drives
-//! pods through a `kube::Client`, the control-plane and real-node harnesses, and `env::Env`,
-//! the scenario language of the suites that run the operator in the test process.
+//! pods through a `kube::Client`, and the control-plane and real-node harnesses. The scenario
+//! language itself, `Ctx`, lives with the scenarios in `tests/e2e/main.rs`.
 
 use std::path::{Path, PathBuf};
 
@@ -11,7 +11,6 @@ pub use browser_controller_core::fixtures;
 pub mod apiserver;
 pub mod controlplane;
 pub mod crd_history;
-pub mod env;
 pub mod golden;
 pub mod host;
 pub mod images;

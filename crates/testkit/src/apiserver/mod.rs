@@ -361,20 +361,6 @@ impl ApiServer {
         lock(&self.shared).requests.clone()
     }
 
-    /// Successful, non-dry-run writes made with `fieldManager=manager`.
-    pub fn count_writes_by(&self, manager: &str) -> usize {
-        lock(&self.shared)
-            .requests
-            .iter()
-            .filter(|r| {
-                r.is_write()
-                    && !r.dry_run
-                    && r.status < 300
-                    && r.field_manager.as_deref() == Some(manager)
-            })
-            .count()
-    }
-
     /// The stored object; `ns` is empty for cluster-scoped resources.
     pub fn get(&self, resource: &str, ns: &str, name: &str) -> Option<Value> {
         let state = lock(&self.shared);

@@ -1,89 +1,93 @@
-//! The operator's metrics after scripted lifecycles on the in-process API server double: every
-//! family of docs/operations.md, "Metrics", with the values the lifecycle implies, read from
-//! `Metrics::encode()` and from the real `/metrics` endpoint.
+//! The operator's metrics after scripted lifecycles, scraped from its `/metrics` endpoint:
+//! every family of docs/operations.md, "Metrics", with the values the lifecycle implies.
 
-use testkit as support;
-
+use std::sync::Arc;
 use std::time::Duration;
 
-use kube::api::DeleteParams;
+use serde_json::json;
 
-use support::apiserver::Fault;
-use support::env::{Env, is_running, sample};
-use support::fixtures::browser;
-use support::host::{self, free_port};
-use support::kubelet::Script;
+use crate::support::host;
+use crate::support::kinds::browser_resource;
+use crate::support::kubelet::Script;
+use crate::{Ctx, Fault, sample, samples};
 
-/// Every sample of the family `name` (its lines that carry labels).
-fn samples<'a>(text: &'a str, name: &str) -> Vec<&'a str> {
-    let prefix = format!("{name}{{");
-    text.lines().filter(|l| l.starts_with(&prefix)).collect()
+fn running_chrome(cx: &Ctx) -> String {
+    format!(
+        "browser_controller_browsers{{namespace=\"{}\",browser=\"chrome\",version=\"139.0\",phase=\"Running\"}}",
+        cx.ns
+    )
 }
 
-const RUNNING_CHROME: &str = "browser_controller_browsers{namespace=\"sessions\",browser=\"chrome\",version=\"139.0\",phase=\"Running\"}";
+fn config_entries(cx: &Ctx) -> String {
+    format!(
+        "browser_controller_browserconfig_entries{{namespace=\"{}\"}}",
+        cx.ns
+    )
+}
 
 fn stage_count(stage: &str) -> String {
     format!("browser_controller_startup_seconds_count{{stage=\"{stage}\"}}")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_scripted_lifecycle_shows_in_every_family() {
-    let mut env = Env::start(&[]).await;
-    env.chrome_config().await;
-    env.until_metric(
-        "browser_controller_browserconfig_entries{namespace=\"sessions\"}",
-        1.0,
+/// Once every Browser is gone: gone from the operator's cache too (no series of the browsers
+/// gauge is left), and the last reconciles (a deleted Browser's final events) finished.
+async fn until_settled(cx: &Ctx) -> String {
+    cx.until_metrics(
+        "the browsers gauge to empty and no reconcile in flight",
+        |text| {
+            samples(text, "browser_controller_browsers").is_empty()
+                && sample(text, "browser_controller_reconciles_in_flight") == Some(0.0)
+        },
     )
-    .await;
-    env.kubelet.set(
+    .await
+}
+
+pub(crate) async fn metrics_of_a_scripted_lifecycle_show_in_every_family(cx: Arc<Ctx>) {
+    cx.start_scraped_operator(&[]);
+    cx.chrome_config().await;
+    cx.until_metric(&config_entries(&cx), 1.0).await;
+    // Running long enough for the gauge to be read while it lasts.
+    cx.kubelet().set(
         "s1",
         Script::ExitAfterRunning {
             container: "seleniferous".into(),
             exit_code: 0,
-            after: Duration::from_secs(2),
+            after: Duration::from_secs(10),
         },
     );
-    env.create_browser(browser("s1")).await;
-    env.until("s1 running", |e| is_running(&e.browser("s1")))
-        .await;
+    cx.create_browser("s1", json!({})).await;
+    cx.seen_running("s1").await;
 
     // While it runs: the gauge from the operator's cache, and each startup stage once.
-    env.until_metric(RUNNING_CHROME, 1.0).await;
+    let running = running_chrome(&cx);
+    cx.until_metric(&running, 1.0).await;
     for stage in ["pod_created", "scheduled", "running"] {
-        env.until_metric(&stage_count(stage), 1.0).await;
+        cx.until_metric(&stage_count(stage), 1.0).await;
     }
-    let text = env.metrics.encode().unwrap();
+    let text = cx.metrics().await;
     assert_eq!(
         samples(&text, "browser_controller_browsers"),
-        [format!("{RUNNING_CHROME} 1").as_str()],
+        [format!("{running} 1").as_str()],
         "only s1, only Running: {text}"
     );
-    assert_eq!(
-        sample(
-            &text,
-            "browser_controller_browserconfig_conflicts{namespace=\"sessions\"}"
-        ),
-        Some(0.0)
+    let conflicts = format!(
+        "browser_controller_browserconfig_conflicts{{namespace=\"{}\"}}",
+        cx.ns
     );
+    assert_eq!(sample(&text, &conflicts), Some(0.0));
 
-    env.create_browser(browser("nocfg").version("1.0")).await;
-    env.until_gone("nocfg").await;
-    env.until_gone("s1").await;
-    // Gone from the cluster and from the operator's cache: no series is left.
-    env.until("the browsers gauge to empty", |e| {
-        samples(&e.metrics.encode().unwrap(), "browser_controller_browsers").is_empty()
-    })
+    cx.create(
+        &browser_resource(cx.layout),
+        json!({
+            "metadata": {"name": "nocfg", "labels": {"selenosis.io/owner": "hub"}},
+            "spec": {"browserName": "chrome", "browserVersion": "1.0"},
+        }),
+    )
     .await;
-    // The last reconciles (a deleted Browser's final events) finish.
-    env.until("no reconcile in flight", |e| {
-        sample(
-            &e.metrics.encode().unwrap(),
-            "browser_controller_reconciles_in_flight",
-        ) == Some(0.0)
-    })
-    .await;
+    cx.until_gone("nocfg").await;
+    cx.until_gone("s1").await;
+    let text = until_settled(&cx).await;
 
-    let text = env.metrics.encode().unwrap();
     let value =
         |series: &str| sample(&text, series).unwrap_or_else(|| panic!("{series} in\n{text}"));
     assert!(value("browser_controller_reconciles_total") > 0.0);
@@ -127,57 +131,62 @@ async fn a_scripted_lifecycle_shows_in_every_family() {
     );
     assert!(samples(&text, "browser_controller_pod_create_errors_total").is_empty());
     assert!(samples(&text, "browser_controller_watch_errors_total").is_empty());
-    assert_eq!(
-        value("browser_controller_browserconfig_entries{namespace=\"sessions\"}"),
-        1.0
-    );
+    assert_eq!(value(&config_entries(&cx)), 1.0);
 
-    // A watch that fails is counted per resource while the watcher retries it.
-    env.server.inject(Fault::new(
-        "watch",
-        "browserconfigs",
-        500,
-        "InternalError",
-        "etcd leader changed",
-    ));
-    env.server.drop_watches();
-    env.until("a counted BrowserConfig watch error", |e| {
-        sample(
-            &e.metrics.encode().unwrap(),
-            "browser_controller_watch_errors_total{resource=\"browserconfigs\"}",
-        )
-        .is_some_and(|n| n >= 1.0)
-    })
-    .await;
-    env.server.clear_faults();
-    env.stop_operator().await;
+    // A watch that fails is counted per resource while the watcher retries it: the double
+    // fails the next BrowserConfig watch of this namespace (a fault no real server takes).
+    if let Some((server, _)) = &cx.be.double {
+        server.inject(
+            Fault {
+                namespace: Some(cx.ns.clone()),
+                ..Fault::new(
+                    "watch",
+                    "browserconfigs",
+                    500,
+                    "InternalError",
+                    "etcd leader changed",
+                )
+            }
+            .times(1),
+        );
+        server.drop_watches();
+        cx.until_metrics("a counted BrowserConfig watch error", |text| {
+            sample(
+                text,
+                "browser_controller_watch_errors_total{resource=\"browserconfigs\"}",
+            )
+            .is_some_and(|n| n >= 1.0)
+        })
+        .await;
+    } else {
+        println!(
+            "    {}: only the double fails a watch on demand: the watch error step skipped",
+            cx.ns
+        );
+    }
+    cx.stop_operator().await;
 }
 
 /// A plain HTTP/1.1 GET on loopback; returns (status line, lower-cased headers, body).
-fn get(port: u16, path: &str) -> Option<(String, String, String)> {
-    let response = host::http_response(port, path)?;
+async fn http_get(port: u16, path: &'static str) -> Option<(String, String, String)> {
+    let response = tokio::task::spawn_blocking(move || host::http_response(port, path))
+        .await
+        .ok()
+        .flatten()?;
     let (head, body) = response.split_once("\r\n\r\n")?;
     let (status, headers) = head.split_once("\r\n")?;
     Some((status.to_string(), headers.to_lowercase(), body.to_string()))
 }
 
-async fn http_get(port: u16, path: &'static str) -> Option<(String, String, String)> {
-    tokio::task::spawn_blocking(move || get(port, path))
-        .await
-        .ok()
-        .flatten()
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_metrics_endpoint_serves_the_families_after_an_external_delete() {
-    let port = free_port();
-    let addr = format!("--metrics-addr=127.0.0.1:{port}");
-    let mut env = Env::start(&[&addr]).await;
-    env.chrome_config().await;
-    env.create_browser(browser("ext")).await;
-    env.until("ext running", |e| is_running(&e.browser("ext")))
-        .await;
-    env.until_metric(RUNNING_CHROME, 1.0).await;
+pub(crate) async fn the_metrics_endpoint_serves_the_families_after_an_external_delete(
+    cx: Arc<Ctx>,
+) {
+    let port = cx.start_scraped_operator(&[]);
+    cx.chrome_config().await;
+    cx.create_browser("ext", json!({})).await;
+    cx.until_running("ext").await;
+    let running = running_chrome(&cx);
+    cx.until_metric(&running, 1.0).await;
 
     let (status, headers, body) = http_get(port, "/metrics").await.expect("/metrics answers");
     assert!(status.contains(" 200 "), "{status}");
@@ -185,33 +194,19 @@ async fn the_metrics_endpoint_serves_the_families_after_an_external_delete() {
         headers.contains("content-type: application/openmetrics-text; version=1.0.0"),
         "{headers}"
     );
-    assert_eq!(sample(&body, RUNNING_CHROME), Some(1.0), "{body}");
+    assert_eq!(sample(&body, &running), Some(1.0), "{body}");
     assert_eq!(sample(&body, &stage_count("running")), Some(1.0), "{body}");
     assert!(body.ends_with("# EOF\n"));
 
     // Deleted by someone else while it runs: the pod goes, then the finalizer.
-    env.browsers()
-        .delete("ext", &DeleteParams::default())
-        .await
-        .expect("browser deleted");
-    env.until_gone("ext").await;
-    env.until_metric(
+    cx.delete_browser("ext").await;
+    cx.until_gone("ext").await;
+    cx.until_metric(
         "browser_controller_browser_deletions_total{reason=\"external\"}",
         1.0,
     )
     .await;
-    env.until("the browsers gauge to empty", |e| {
-        samples(&e.metrics.encode().unwrap(), "browser_controller_browsers").is_empty()
-    })
-    .await;
-    // The last reconciles (a deleted Browser's final events) finish.
-    env.until("no reconcile in flight", |e| {
-        sample(
-            &e.metrics.encode().unwrap(),
-            "browser_controller_reconciles_in_flight",
-        ) == Some(0.0)
-    })
-    .await;
+    until_settled(&cx).await;
 
     let (_, _, body) = http_get(port, "/metrics").await.expect("/metrics answers");
     // Counter families without any sample yet (errors, failures) are left out entirely;
@@ -256,7 +251,7 @@ async fn the_metrics_endpoint_serves_the_families_after_an_external_delete() {
         Some(1.0)
     );
 
-    env.stop_operator().await;
+    cx.stop_operator().await;
     assert!(
         http_get(port, "/metrics").await.is_none(),
         "the endpoint stops with the operator"
