@@ -66,7 +66,7 @@ impl Shared {
             client,
             kinds,
             settings,
-            workers: Workers::new(usize::from(max_workers.max(1))),
+            workers: Workers::new(usize::from(max_workers.max(1)), metrics.clone()),
             metrics,
             verdicts: Arc::new(Verdicts::default()),
             schemas,

@@ -9,6 +9,7 @@
 
 mod cache_gauges;
 
+use crate::lifecycle::lane::Lane;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -50,6 +51,11 @@ struct ReasonLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StageLabels {
     stage: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LaneLabels {
+    lane: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -100,6 +106,7 @@ pub struct Metrics {
     reconcile_errors: Family<KindLabels, Counter>,
     reconcile_duration: Histogram,
     in_flight: Gauge,
+    waiting: Family<LaneLabels, Gauge>,
     writes: Family<WriteLabels, Counter>,
     pod_create_errors: Family<CodeLabels, Counter>,
     failures: Family<ReasonLabels, Counter>,
@@ -144,6 +151,18 @@ impl Metrics {
             "reconciles_in_flight",
             "Browser reconciles running now",
             in_flight.clone(),
+        );
+        let waiting = Family::<LaneLabels, Gauge>::default();
+        // Every lane from the start: an empty queue is a 0, not a missing series.
+        for lane in Lane::ALL {
+            waiting.get_or_create(&LaneLabels {
+                lane: lane.as_str(),
+            });
+        }
+        registry.register(
+            "reconciles_waiting",
+            "Browser reconciles waiting for a worker (--max-workers), by lane: status, create, cleanup",
+            waiting.clone(),
         );
         let writes = Family::<WriteLabels, Counter>::default();
         registry.register(
@@ -228,6 +247,7 @@ impl Metrics {
             reconcile_errors,
             reconcile_duration,
             in_flight,
+            waiting,
             writes,
             pod_create_errors,
             failures,
@@ -311,6 +331,15 @@ impl Metrics {
         self.watch_resync
             .get_or_create(&ResourceLabels { resource })
             .observe(down.as_secs_f64());
+    }
+
+    /// How many reconciles wait for a worker in `lane` now.
+    pub fn waiting(&self, lane: Lane, waiting: usize) {
+        self.waiting
+            .get_or_create(&LaneLabels {
+                lane: lane.as_str(),
+            })
+            .set(i64::try_from(waiting).unwrap_or(i64::MAX));
     }
 
     /// Whether this replica reconciles now; set at each scrape.

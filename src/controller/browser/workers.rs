@@ -6,11 +6,12 @@
 //! needed when it started waiting.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::oneshot;
 
 use crate::lifecycle::lane::{Lane, Turns};
+use crate::metrics::Metrics;
 
 /// A waiting reconcile's Browser: namespace and name.
 pub type Key = (String, String);
@@ -18,6 +19,7 @@ pub type Key = (String, String);
 /// A bounded number of workers, granted by lane.
 pub struct Workers {
     state: Mutex<State>,
+    metrics: Arc<Metrics>,
 }
 
 #[derive(Default)]
@@ -79,9 +81,12 @@ impl Drop for Waiting<'_> {
         let Some(mut grant) = self.grant.take() else {
             return;
         };
-        if self.workers.state().remove(self.arrival).is_some() {
+        let mut state = self.workers.state();
+        if state.remove(self.arrival).is_some() {
+            self.workers.count(&state);
             return;
         }
+        drop(state);
         grant.close();
         if grant.try_recv().is_ok() {
             self.workers.release();
@@ -90,12 +95,21 @@ impl Drop for Waiting<'_> {
 }
 
 impl Workers {
-    pub fn new(workers: usize) -> Self {
+    pub fn new(workers: usize, metrics: Arc<Metrics>) -> Self {
         Self {
             state: Mutex::new(State {
                 free: workers.max(1),
                 ..State::default()
             }),
+            metrics,
+        }
+    }
+
+    /// Publishes how many wait in each lane, under the state's lock so that the gauges
+    /// follow the order of the changes.
+    fn count(&self, state: &State) {
+        for lane in Lane::ALL {
+            self.metrics.waiting(lane, state.lanes[lane.index()].len());
         }
     }
 
@@ -118,6 +132,7 @@ impl Workers {
             // only the first is judged again.
             state.places.entry(key.clone()).or_insert((lane, arrival));
             state.lanes[lane.index()].insert(arrival, Waiter { key, grant });
+            self.count(&state);
             (arrival, granted)
         };
         let (arrival, grant) = grant;
@@ -152,6 +167,7 @@ impl Workers {
         if let Some(waiter) = state.lanes[was.index()].remove(&arrival) {
             state.lanes[lane.index()].insert(arrival, waiter);
             state.places.insert(key.clone(), (lane, arrival));
+            self.count(&state);
         }
     }
 
@@ -175,6 +191,7 @@ impl Workers {
             {
                 state.places.remove(&waiter.key);
             }
+            self.count(&state);
             // A waiter that gave up is skipped.
             if waiter.grant.send(()).is_ok() {
                 return;
@@ -237,7 +254,7 @@ mod tests {
         queue: &[(Lane, &'static str)],
         before_release: impl FnOnce(&Workers),
     ) -> Vec<&'static str> {
-        let workers = Arc::new(Workers::new(1));
+        let workers = Arc::new(Workers::new(1, Arc::default()));
         let order = Order::default();
         let (first, stop_first) = start(&workers, Lane::Create, "busy", &order);
         until("the first runs", || order.lock().unwrap().len() == 1).await;
@@ -304,7 +321,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_waiter_that_gives_up_does_not_keep_a_worker_or_its_place() {
-        let workers = Arc::new(Workers::new(1));
+        let metrics = Arc::new(Metrics::new());
+        let workers = Arc::new(Workers::new(1, metrics.clone()));
         let held = workers.acquire(key("held"), Lane::Create).await;
         let gave_up = {
             let workers = workers.clone();
@@ -314,10 +332,23 @@ mod tests {
         };
         until("queued", || workers.waiting() == [1, 0, 0]).await;
         assert!(workers.is_waiting(&key("gives-up")));
+        let gauge = |text: &str| {
+            text.lines()
+                .find(|l| l.starts_with("browser_controller_reconciles_waiting{lane=\"status\"}"))
+                .map(str::to_string)
+        };
+        assert_eq!(
+            gauge(&metrics.encode().unwrap()).as_deref(),
+            Some("browser_controller_reconciles_waiting{lane=\"status\"} 1")
+        );
         gave_up.abort();
         let _ = gave_up.await;
         assert_eq!(workers.waiting(), [0, 0, 0]);
         assert!(!workers.is_waiting(&key("gives-up")));
+        assert_eq!(
+            gauge(&metrics.encode().unwrap()).as_deref(),
+            Some("browser_controller_reconciles_waiting{lane=\"status\"} 0")
+        );
         drop(held);
         // The worker is free again: taken at once.
         let again = tokio::time::timeout(

@@ -27,6 +27,15 @@ pub enum Lane {
 impl Lane {
     pub const ALL: [Lane; 3] = [Lane::Status, Lane::Create, Lane::Cleanup];
 
+    /// The lane as metrics label it.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Lane::Status => "status",
+            Lane::Create => "create",
+            Lane::Cleanup => "cleanup",
+        }
+    }
+
     /// The lane's place in [`Lane::ALL`].
     pub const fn index(self) -> usize {
         match self {
