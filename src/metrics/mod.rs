@@ -155,9 +155,11 @@ impl Metrics {
         let waiting = Family::<LaneLabels, Gauge>::default();
         // Every lane from the start: an empty queue is a 0, not a missing series.
         for lane in Lane::ALL {
-            waiting.get_or_create(&LaneLabels {
-                lane: lane.as_str(),
-            });
+            waiting
+                .get_or_create(&LaneLabels {
+                    lane: lane.as_str(),
+                })
+                .set(0);
         }
         registry.register(
             "reconciles_waiting",
