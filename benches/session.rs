@@ -25,10 +25,6 @@
 
 use testkit as support;
 
-#[allow(dead_code)]
-#[path = "provision/measure.rs"]
-mod measure;
-
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -57,11 +53,11 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use measure::{Summary, summarize};
 use support::controlplane::{self, Assets, ControlPlane};
 use support::images::{self, BUSYBOX, CHROMIUM};
 use support::kinds;
 use support::node::{self as real_node, NODE_NAME, Node, NodeAssets};
+use support::stats::{Summary, summarize};
 
 #[derive(Debug, Parser)]
 #[command(

@@ -237,31 +237,7 @@ impl ServerCpu {
     }
 }
 
-/// p50/p90/p99/max of a set of durations (nearest rank).
-#[derive(Clone, Copy, Debug)]
-pub struct Summary {
-    pub count: usize,
-    pub p50: Duration,
-    pub p90: Duration,
-    pub p99: Duration,
-    pub max: Duration,
-}
-
-pub fn summarize(mut samples: Vec<Duration>) -> Option<Summary> {
-    samples.sort_unstable();
-    let n = samples.len();
-    let rank = |p: f64| {
-        let index = ((p / 100.0) * n as f64).ceil() as usize;
-        samples[index.clamp(1, n) - 1]
-    };
-    (n > 0).then(|| Summary {
-        count: n,
-        p50: rank(50.0),
-        p90: rank(90.0),
-        p99: rank(99.0),
-        max: samples[n - 1],
-    })
-}
+pub use testkit::stats::summarize;
 
 /// The samples of `family` in OpenMetrics text, by label set (`""` without labels).
 pub fn samples(text: &str, family: &str) -> BTreeMap<String, f64> {

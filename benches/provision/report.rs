@@ -6,9 +6,10 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::measure::{self, Cpu, Memory, ServerCpu, Summary};
+use crate::measure::{self, Cpu, Memory, ServerCpu};
 use crate::requests;
 use crate::targets::{self, Figures, Target};
+use testkit::stats::Summary;
 
 pub struct Setup {
     pub backend: String,
