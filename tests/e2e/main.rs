@@ -1246,8 +1246,8 @@ struct Scenario {
     /// skipped on an existing cluster.
     simulated: bool,
     layout: Layout,
-    /// Runs alone, before the current CRDs are installed, and installs them itself (CRDs
-    /// are cluster-wide: no other scenario may run meanwhile).
+    /// Runs alone, before the current CRDs are installed (CRDs are cluster-wide: no other
+    /// scenario may run meanwhile); the runner applies `crds/` after these scenarios.
     before_crds: bool,
     /// Runs alone, after the others: it takes the API server away.
     alone: bool,
@@ -1633,7 +1633,9 @@ async fn run_backend(be: Backend, selected: &[&Scenario], complete: bool, tally:
     let (alone, selected): (Vec<&Scenario>, Vec<&Scenario>) =
         selected.into_iter().partition(|s| s.alone);
     // An existing cluster got `crds/` when the backend started; nothing else is installed there.
-    let mut crds_installed = be.kind == Kind::Cluster;
+    // Elsewhere `crds/` is applied after the scenarios before them, whatever they left: a
+    // selection of them may install one layout only (the Helm chart's scenario).
+    let crds_installed = be.kind == Kind::Cluster;
     for (i, s) in before.iter().enumerate() {
         let label = format!("{}/{}", be.name(), s.name);
         if s.simulated && !be.simulated() {
@@ -1646,7 +1648,6 @@ async fn run_backend(be: Backend, selected: &[&Scenario], complete: bool, tally:
             Ok(()) => {
                 println!("test {label} ... ok ({:.1}s)", t.elapsed().as_secs_f64());
                 tally.passed += 1;
-                crds_installed = true;
             }
             Err(e) => {
                 println!("test {label} ... FAILED\n{e}");

@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::support::host;
-use crate::support::kinds::browser_resource;
+use crate::support::kinds::{browser_resource, config_resource};
 use crate::support::kubelet::Script;
 use crate::{Ctx, Fault, sample, samples};
 
@@ -136,12 +136,15 @@ pub(crate) async fn metrics_of_a_scripted_lifecycle_show_in_every_family(cx: Arc
     // A watch that fails is counted per resource while the watcher retries it: the double
     // fails the next BrowserConfig watch of this namespace (a fault no real server takes).
     if let Some((server, _)) = &cx.be.double {
+        // Named with its group: the shared double serves `browserconfigs` of both layouts,
+        // and a bare plural names whichever CRD it got first.
+        let configs = config_resource(cx.layout);
         server.inject(
             Fault {
                 namespace: Some(cx.ns.clone()),
                 ..Fault::new(
                     "watch",
-                    "browserconfigs",
+                    &format!("{}.{}", configs.plural, configs.group),
                     500,
                     "InternalError",
                     "etcd leader changed",
