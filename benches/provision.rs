@@ -44,8 +44,6 @@ use std::time::Duration;
 use browser_controller::api::crd::{self, Layout};
 use browser_controller::api::keys;
 use browser_controller::cli::LogFormat;
-use browser_controller::lifecycle::desired;
-use browser_controller::lifecycle::plan::PodCreation;
 use browser_controller::{duration, logging, manifest, operator};
 use clap::Parser;
 use futures::{StreamExt, TryStreamExt};
@@ -68,6 +66,7 @@ use support::controlplane::{self, Assets, ControlPlane};
 use support::host::TempDir;
 use support::kinds;
 use support::kubelet::{Kubelet, KubeletConfig, KubeletHandle, Script};
+use support::rendered::Rendered;
 use under_test::{Launch, Operator};
 
 #[global_allocator]
@@ -353,13 +352,7 @@ impl Kinds {
 /// The objects of the run, from the repository's examples: the BrowserConfig of
 /// `testdata/configs/single-sidecar.yaml` and Browsers shaped like
 /// `testdata/browsers/chrome.yaml` (owner label, options annotation).
-#[derive(Clone)]
-pub struct Fixture {
-    config: Value,
-    browser: Value,
-    /// The pod the operator renders for such a Browser.
-    pod: Value,
-}
+pub type Fixture = Rendered;
 
 fn testdata(path: &str) -> Result<Value, BenchError> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -371,68 +364,13 @@ fn testdata(path: &str) -> Result<Value, BenchError> {
         .ok_or_else(|| BenchError::Fixture(format!("{} is empty", path.display())))
 }
 
-impl Fixture {
-    fn load(ns: &str, kinds: &Kinds) -> Result<Self, BenchError> {
-        let mut config = testdata("configs/single-sidecar.yaml")?;
-        config["metadata"]["namespace"] = json!(ns);
-        let mut browser = testdata("browsers/chrome.yaml")?;
-        browser["metadata"]["namespace"] = json!(ns);
-        if let Some(meta) = browser["metadata"].as_object_mut() {
-            meta.remove("uid");
-        }
-        let mut template: DynamicObject = serde_json::from_value(browser.clone())?;
-        template.metadata.name = Some("template".into());
-        template.metadata.uid = Some("00000000-0000-0000-0000-000000000000".into());
-        let config_object: DynamicObject = serde_json::from_value(config.clone())?;
-        let pod = match desired::pod_for(
-            &template,
-            &[config_object],
-            &kinds.browser,
-            &browser_controller::pod::policy::Policy::default(),
-            None,
-            |_, _, _| None,
-        ) {
-            PodCreation::Render { pod, .. } => pod,
-            PodCreation::Fail(failure) => {
-                return Err(BenchError::Fixture(format!(
-                    "the example Browser does not render: {}",
-                    failure.message
-                )));
-            }
-        };
-        Ok(Fixture {
-            config,
-            browser,
-            pod,
-        })
-    }
-
-    fn browser(&self, name: &str) -> Result<DynamicObject, BenchError> {
-        let mut b = self.browser.clone();
-        b["metadata"]["name"] = json!(name);
-        Ok(serde_json::from_value(b)?)
-    }
-
-    /// A bare pod of the Browsers' shape: no Browser owns it (a real garbage collector
-    /// would delete it).
-    fn pod(&self, name: &str) -> Value {
-        let mut p = self.owned_pod(name, "");
-        if let Some(meta) = p["metadata"].as_object_mut() {
-            meta.remove("ownerReferences");
-        }
-        p
-    }
-
-    /// The pod of the Browser `name` with `uid`, as the operator renders it.
-    pub fn owned_pod(&self, name: &str, uid: &str) -> Value {
-        let mut p = self.pod.clone();
-        p["metadata"]["name"] = json!(name);
-        p["metadata"]["labels"][keys::LABEL_BROWSER] = json!(name);
-        p["metadata"]["ownerReferences"][0]["name"] = json!(name);
-        p["metadata"]["ownerReferences"][0]["uid"] = json!(uid);
-        p["spec"]["hostname"] = json!(name);
-        p
-    }
+fn load_fixture(ns: &str, kinds: &Kinds) -> Result<Fixture, BenchError> {
+    let mut config = testdata("configs/single-sidecar.yaml")?;
+    config["metadata"]["namespace"] = json!(ns);
+    let mut browser = testdata("browsers/chrome.yaml")?;
+    browser["metadata"]["namespace"] = json!(ns);
+    Rendered::new(config, browser, &kinds.browser)
+        .map_err(|e| BenchError::Fixture(format!("the example Browser does not render: {e}")))
 }
 
 /// What the benchmark's own watches saw, with the moment each thing was first seen.
@@ -941,7 +879,7 @@ async fn bench(
     let client = backend.client()?;
     let kinds = Kinds::new();
     ensure_namespace(&client, &plan.namespace).await?;
-    let fixture = Fixture::load(&plan.namespace, &kinds)?;
+    let fixture = load_fixture(&plan.namespace, &kinds)?;
     let observer = Observer::start(&backend, &plan.namespace, &kinds).await?;
     let kubelet = Kubelet::start_with(
         backend.client()?,
@@ -1107,7 +1045,7 @@ async fn baseline(ctx: &Ctx<'_>) -> Result<Baseline, BenchError> {
     let times = fan_out(n, ctx.plan.concurrency, None, |i| {
         let pods = pods.clone();
         let name = names[i].clone();
-        let body = ctx.fixture.pod(&name);
+        let body = ctx.fixture.bare_pod(&name);
         let params = params.clone();
         async move {
             pods.patch(&name, &params, &Patch::Apply(body))

@@ -35,8 +35,6 @@ use std::time::Duration;
 use browser_controller::api::crd::Layout;
 use browser_controller::api::keys;
 use browser_controller::cli::{Cli, LogFormat};
-use browser_controller::lifecycle::desired;
-use browser_controller::lifecycle::plan::PodCreation;
 use browser_controller::link::Link;
 use browser_controller::metrics::Metrics;
 use browser_controller::{logging, operator};
@@ -57,6 +55,7 @@ use support::controlplane::{self, Assets, ControlPlane};
 use support::images::{self, BUSYBOX, CHROMIUM};
 use support::kinds;
 use support::node::{self as real_node, NODE_NAME, Node, NodeAssets};
+use support::rendered::Rendered;
 use support::stats::{Summary, summarize};
 
 #[derive(Debug, Parser)]
@@ -270,73 +269,27 @@ fn config_spec() -> Value {
 
 /// The objects of the run: the BrowserConfig, a Browser as a hub creates it, and the pod the
 /// operator renders for it.
-struct Fixture {
-    config: Value,
-    browser: Value,
-    pod: Value,
-}
+type Fixture = Rendered;
 
-impl Fixture {
-    fn new(
-        ns: &str,
-        browser_resource: &ApiResource,
-        config_resource: &ApiResource,
-    ) -> Result<Self, BenchError> {
-        let config = json!({
-            "apiVersion": config_resource.api_version,
-            "kind": config_resource.kind,
-            "metadata": {"name": CONFIG_NAME, "namespace": ns},
-            "spec": config_spec(),
-        });
-        let browser = json!({
-            "apiVersion": browser_resource.api_version,
-            "kind": browser_resource.kind,
-            "metadata": {"name": "template", "namespace": ns, "labels": {keys::LABEL_OWNER: "bench"}},
-            "spec": {"browserName": "chrome", "browserVersion": "139.0"},
-        });
-        let mut template: DynamicObject = serde_json::from_value(browser.clone())?;
-        template.metadata.uid = Some("00000000-0000-0000-0000-000000000000".into());
-        let config_object: DynamicObject = serde_json::from_value(config.clone())?;
-        let pod = match desired::pod_for(
-            &template,
-            &[config_object],
-            browser_resource,
-            &browser_controller::pod::policy::Policy::default(),
-            None,
-            |_, _, _| None,
-        ) {
-            PodCreation::Render { pod, .. } => pod,
-            PodCreation::Fail(failure) => {
-                return Err(BenchError::Setup(format!(
-                    "the Chromium Browser does not render: {}",
-                    failure.message
-                )));
-            }
-        };
-        Ok(Fixture {
-            config,
-            browser,
-            pod,
-        })
-    }
-
-    fn browser(&self, name: &str) -> Result<DynamicObject, BenchError> {
-        let mut b = self.browser.clone();
-        b["metadata"]["name"] = json!(name);
-        Ok(serde_json::from_value(b)?)
-    }
-
-    /// The pod the operator would create for the Browser `name`, owned by nothing.
-    fn bare_pod(&self, name: &str) -> Value {
-        let mut p = self.pod.clone();
-        p["metadata"]["name"] = json!(name);
-        p["metadata"]["labels"][keys::LABEL_BROWSER] = json!(name);
-        if let Some(meta) = p["metadata"].as_object_mut() {
-            meta.remove("ownerReferences");
-        }
-        p["spec"]["hostname"] = json!(name);
-        p
-    }
+fn fixture(
+    ns: &str,
+    browser_resource: &ApiResource,
+    config_resource: &ApiResource,
+) -> Result<Fixture, BenchError> {
+    let config = json!({
+        "apiVersion": config_resource.api_version,
+        "kind": config_resource.kind,
+        "metadata": {"name": CONFIG_NAME, "namespace": ns},
+        "spec": config_spec(),
+    });
+    let browser = json!({
+        "apiVersion": browser_resource.api_version,
+        "kind": browser_resource.kind,
+        "metadata": {"name": "template", "namespace": ns, "labels": {keys::LABEL_OWNER: "bench"}},
+        "spec": {"browserName": "chrome", "browserVersion": "139.0"},
+    });
+    Rendered::new(config, browser, browser_resource)
+        .map_err(|e| BenchError::Setup(format!("the Chromium Browser does not render: {e}")))
 }
 
 /// The first moment the benchmark's watches saw each object `Running` with an IP.
@@ -737,7 +690,7 @@ async fn bench(
         browsers: Api::namespaced_with(client.clone(), ns, &browser_ar),
         pods: Api::namespaced_with(client.clone(), ns, &pod_ar),
         configs: Api::namespaced_with(client.clone(), ns, &config_ar),
-        fixture: Fixture::new(ns, &browser_ar, &config_ar)?,
+        fixture: fixture(ns, &browser_ar, &config_ar)?,
         seen: Arc::new(Mutex::new(Seen::default())),
         sessions: args.sessions as usize,
         concurrency: args.concurrency as usize,

@@ -20,6 +20,7 @@ pub mod markdown;
 pub mod metrics;
 pub mod node;
 pub mod partition;
+pub mod rendered;
 pub mod stats;
 pub mod upstream;
 
