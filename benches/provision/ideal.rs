@@ -27,7 +27,7 @@ use tokio::task::{JoinHandle, JoinSet};
 
 use crate::cluster::Backend;
 use crate::requests::RequestLog;
-use crate::{BenchError, Fixture, api_error};
+use crate::{BenchError, Fixture, api_error, tolerate};
 
 /// What the ideal client works on.
 pub struct Scope {
@@ -160,10 +160,12 @@ impl Writer {
         self.status(&name, &uid, failed).await?;
         tolerate(
             self.pods.delete(&name, &DeleteParams::default()).await,
+            404,
             "delete pod",
         )?;
         tolerate(
             self.browsers.delete(&name, &DeleteParams::default()).await,
+            404,
             "delete Browser",
         )
     }
@@ -175,6 +177,7 @@ impl Writer {
             self.browsers
                 .patch(&name, &PatchParams::default(), &release)
                 .await,
+            404,
             "release the finalizer",
         )
     }
@@ -187,15 +190,6 @@ impl Writer {
             .await
             .map_err(api_error("ideal client: apply Browser status"))?;
         Ok(())
-    }
-}
-
-/// A 404 is what the operator tolerates too: the object is gone already.
-fn tolerate<T>(result: Result<T, kube::Error>, what: &'static str) -> Result<(), BenchError> {
-    match result {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
-        Err(e) => Err(api_error(what)(e)),
     }
 }
 
