@@ -139,10 +139,15 @@ impl Scope {
             .remove(key);
     }
 
-    /// The lane the reconcile of `browser` waits in for a worker, from the caches.
-    fn lane(&self, browser: &CachedBrowser, ns: &str, name: &str) -> Lane {
+    /// The lane the reconcile of a Browser waits in for a worker, from the caches as they
+    /// are when it starts waiting; a Browser gone from the cache has only cleanup left.
+    fn lane(&self, ns: &str, name: &str) -> Lane {
+        let browser_ref = ObjectRef::new_with(name, self.shared.kinds.browser.clone()).within(ns);
+        let Some(browser) = self.browsers.get(&browser_ref) else {
+            return Lane::Cleanup;
+        };
         let pod_ref = ObjectRef::new_with(name, self.shared.kinds.pod.clone()).within(ns);
-        triggers::lane_of(browser, self.pods.get(&pod_ref).as_deref())
+        triggers::lane_of(&browser, self.pods.get(&pod_ref).as_deref())
     }
 
     /// Counts a refusal of one of the Browser's writes; returns how many in a row.

@@ -59,7 +59,6 @@ pub(super) async fn reconcile(
 ) -> Result<Action, ReconcileError> {
     let ns = browser.namespace().unwrap_or_default();
     let name = browser.name_any();
-    let lane = scope.lane(&browser, &ns, &name);
     drop(browser);
     let _guard = scope.shared.metrics.reconcile_started();
     // No decision before the stores are complete: no spurious ConfigNotFound at start-up.
@@ -74,7 +73,7 @@ pub(super) async fn reconcile(
     let _worker = scope
         .shared
         .workers
-        .acquire((ns.clone(), name.clone()), lane)
+        .acquire((ns.clone(), name.clone()), || scope.lane(&ns, &name))
         .await;
     let span = info_span!("reconcile", namespace = %ns, name = %name);
     let result = async {

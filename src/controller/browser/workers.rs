@@ -117,13 +117,26 @@ impl Workers {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Waits for a worker for the reconcile of `key`, in `lane`.
-    pub async fn acquire(&self, key: Key, lane: Lane) -> Permit<'_> {
+    /// A free worker when nobody waits for one.
+    fn take_free(&self, state: &mut State) -> Option<Permit<'_>> {
+        if state.free > 0 && state.lanes.iter().all(BTreeMap::is_empty) {
+            state.free -= 1;
+            return Some(Permit { workers: self });
+        }
+        None
+    }
+
+    /// Waits for a worker for the reconcile of `key`, in the lane `lane` says; `lane` runs
+    /// only when the reconcile must wait, outside the lock.
+    pub async fn acquire(&self, key: Key, lane: impl FnOnce() -> Lane) -> Permit<'_> {
+        if let Some(permit) = self.take_free(&mut self.state()) {
+            return permit;
+        }
+        let lane = lane();
         let grant = {
             let mut state = self.state();
-            if state.free > 0 && state.lanes.iter().all(BTreeMap::is_empty) {
-                state.free -= 1;
-                return Permit { workers: self };
+            if let Some(permit) = self.take_free(&mut state) {
+                return permit;
             }
             let (grant, granted) = oneshot::channel();
             let arrival = state.arrivals;
@@ -227,7 +240,7 @@ mod tests {
         let (done, finished) = oneshot::channel::<()>();
         let (workers, order) = (workers.clone(), order.clone());
         let task = tokio::spawn(async move {
-            let _permit = workers.acquire(key(name), lane).await;
+            let _permit = workers.acquire(key(name), || lane).await;
             order.lock().unwrap().push(name);
             let _ = finished.await;
         });
@@ -320,14 +333,40 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn the_lane_is_judged_only_when_the_reconcile_must_wait() {
+        let workers = Arc::new(Workers::new(1, Arc::default()));
+        let judged = Arc::new(Mutex::new(Vec::new()));
+        let judge = |name: &'static str, lane: Lane| {
+            let judged = judged.clone();
+            move || {
+                judged.lock().unwrap().push(name);
+                lane
+            }
+        };
+        let held = workers
+            .acquire(key("free"), judge("free", Lane::Create))
+            .await;
+        let waiter = {
+            let (workers, judge) = (workers.clone(), judge("waits", Lane::Status));
+            tokio::spawn(async move {
+                let _permit = workers.acquire(key("waits"), judge).await;
+            })
+        };
+        until("queued", || workers.waiting() == [1, 0, 0]).await;
+        drop(held);
+        waiter.await.unwrap();
+        assert_eq!(*judged.lock().unwrap(), ["waits"]);
+    }
+
+    #[tokio::test]
     async fn a_waiter_that_gives_up_does_not_keep_a_worker_or_its_place() {
         let metrics = Arc::new(Metrics::new());
         let workers = Arc::new(Workers::new(1, metrics.clone()));
-        let held = workers.acquire(key("held"), Lane::Create).await;
+        let held = workers.acquire(key("held"), || Lane::Create).await;
         let gave_up = {
             let workers = workers.clone();
             tokio::spawn(async move {
-                let _permit = workers.acquire(key("gives-up"), Lane::Status).await;
+                let _permit = workers.acquire(key("gives-up"), || Lane::Status).await;
             })
         };
         until("queued", || workers.waiting() == [1, 0, 0]).await;
@@ -353,7 +392,7 @@ mod tests {
         // The worker is free again: taken at once.
         let again = tokio::time::timeout(
             Duration::from_secs(1),
-            workers.acquire(key("next"), Lane::Cleanup),
+            workers.acquire(key("next"), || Lane::Cleanup),
         )
         .await
         .expect("a worker is free");
