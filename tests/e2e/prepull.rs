@@ -83,28 +83,6 @@ impl Ctx {
             .unwrap_or_else(|e| panic!("status of DaemonSet {name}: {e}"));
     }
 
-    /// Waits until the BrowserConfig `name` satisfies `check`; returns it.
-    async fn until_config_value(
-        &self,
-        name: &str,
-        what: &str,
-        check: impl Fn(&Value) -> bool,
-    ) -> Value {
-        let api = self.api(&config_resource(self.layout));
-        poll(WAIT, Duration::from_millis(50), || async {
-            let config = match api.get(name).await {
-                Ok(c) => serde_json::to_value(c).unwrap(),
-                Err(e) => return Err(format!("BrowserConfig {name}: {e}")),
-            };
-            if check(&config) {
-                Ok(config)
-            } else {
-                Err(format!("BrowserConfig {name}: {what}: {config:#}"))
-            }
-        })
-        .await
-    }
-
     pub(crate) async fn patch_config(&self, name: &str, patch: Value) {
         self.api(&config_resource(self.layout))
             .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
@@ -212,7 +190,7 @@ pub(crate) async fn prepull_daemon_sets_follow_the_config_and_report_progress(cx
     cx.daemon_set_status(&browsers, 3, 3).await;
     cx.daemon_set_status(&gpu, 2, 1).await;
     let config = cx
-        .until_config_value("chrome", "4 of 5 nodes ready", |c| {
+        .until_config_is("chrome", "4 of 5 nodes ready", |c| {
             c["status"]["prePull"]["nodesReady"] == 4 && c["status"]["prePull"]["nodesDesired"] == 5
         })
         .await;
@@ -269,7 +247,7 @@ pub(crate) async fn prepull_daemon_sets_follow_the_config_and_report_progress(cx
         .await;
     // The DaemonSet controller has not seen the new spec: not pulled yet.
     let config = cx
-        .until_config_value("chrome", "one DaemonSet waiting", |c| {
+        .until_config_is("chrome", "one DaemonSet waiting", |c| {
             c["status"]["prePull"]["daemonSets"]
                 .as_array()
                 .is_some_and(|d| d.len() == 1)
@@ -289,7 +267,7 @@ pub(crate) async fn prepull_daemon_sets_follow_the_config_and_report_progress(cx
         .await;
     cx.until_daemon_sets("no DaemonSet", BTreeMap::is_empty)
         .await;
-    cx.until_config_value("chrome", "no pre-pull status", |c| {
+    cx.until_config_is("chrome", "no pre-pull status", |c| {
         c["status"].get("prePull").is_none() && condition(c, "PrePulled").is_none()
     })
     .await;
