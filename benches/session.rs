@@ -52,11 +52,12 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use support::controlplane::{self, Assets, ControlPlane};
-use support::images::{self, BUSYBOX, CHROMIUM};
+use support::images::{self, CHROMIUM};
 use support::kinds;
 use support::node::{self as real_node, NODE_NAME, Node, NodeAssets};
 use support::rendered::Rendered;
 use support::stats::{Summary, summarize};
+use support::webdriver;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -241,29 +242,15 @@ async fn start_control_plane(assets: &Assets) -> Result<ControlPlane, BenchError
     Ok(plane)
 }
 
-/// The Chromium entry of the end-to-end suite's real-node scenario (tests/e2e/node.rs):
-/// chromedriver on 4444, shared memory for the browser, a busybox sidecar standing in for
-/// seleniferous (here one that stops at once on SIGTERM). A short grace period: the pods of
-/// one slot go before its next session, outside the figures.
+/// The Chromium entry of the end-to-end suite's real-node scenario, with a sidecar that
+/// stops at once on SIGTERM and a short grace period: the pods of one slot go before its next
+/// session, outside the figures.
 fn config_spec() -> Value {
     json!({
         "template": {"terminationGracePeriodSeconds": 2},
-        "browsers": {"chrome": {"139.0": {
-            "image": CHROMIUM,
-            "imagePullPolicy": "Never",
-            "ports": [{"containerPort": 4444}],
-            "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "2Gi"}},
-            "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "512Mi"}}],
-            "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
-            "sidecars": [{
-                "name": "seleniferous",
-                "image": BUSYBOX,
-                "imagePullPolicy": "Never",
-                "command": ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1 & wait; done"],
-                "ports": [{"containerPort": 4445}],
-                "resources": {"requests": {"cpu": "10m", "memory": "8Mi"}},
-            }],
-        }}},
+        "browsers": {"chrome": {"139.0": webdriver::chromium(
+            "trap 'exit 0' TERM; while true; do sleep 1 & wait; done"
+        )}},
     })
 }
 
@@ -539,20 +526,9 @@ async fn webdriver(
     body: Option<Value>,
     limit: Duration,
 ) -> Result<Value, String> {
-    let shown = format!("{method} {path}");
-    let answer = tokio::task::spawn_blocking(move || {
-        let body = body.map(|b| b.to_string());
-        support::host::http_request_at(ip, 4444, method, &path, body.as_deref(), limit)
-    })
-    .await
-    .map_err(|e| e.to_string())?
-    .ok_or_else(|| format!("{shown}: no answer"))?;
-    let (status, text) = answer;
-    let value: Value = serde_json::from_str(&text).map_err(|e| format!("{shown}: {e}: {text}"))?;
-    if status != 200 {
-        return Err(format!("{shown}: {status}: {value}"));
-    }
-    Ok(value["value"].clone())
+    tokio::task::spawn_blocking(move || webdriver::command(ip, method, &path, body.as_ref(), limit))
+        .await
+        .map_err(|e| e.to_string())?
 }
 
 /// Waits for chromedriver at `ip` to say it is ready, opens a session with headless Chromium
@@ -569,16 +545,18 @@ async fn open_and_close_session(ip: IpAddr, deadline: Instant) -> Result<Instant
             _ => tokio::time::sleep(STATUS_POLL).await,
         }
     }
-    let capabilities = json!({"capabilities": {"alwaysMatch": {
-        "browserName": "chrome",
-        "goog:chromeOptions": {"args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"]},
-    }}});
     let left = deadline
         .saturating_duration_since(Instant::now())
         .max(Duration::from_secs(1));
-    let session = webdriver(ip, "POST", "/session".into(), Some(capabilities), left)
-        .await
-        .map_err(failed)?;
+    let session = webdriver(
+        ip,
+        "POST",
+        "/session".into(),
+        Some(webdriver::headless_chrome()),
+        left,
+    )
+    .await
+    .map_err(failed)?;
     let usable = Instant::now();
     let id = session["sessionId"]
         .as_str()

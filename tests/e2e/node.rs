@@ -10,21 +10,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::support::host;
 use crate::support::images::{BUSYBOX, CHROMIUM, PAUSE};
+use crate::support::webdriver::{self, chromium, sidecar};
 use crate::{Ctx, poll};
-
-/// A sidecar that stands in for seleniferous: it runs `script` (busybox sh).
-fn sidecar(script: &str) -> Value {
-    json!({
-        "name": "seleniferous",
-        "image": BUSYBOX,
-        "imagePullPolicy": "Never",
-        "command": ["sh", "-c", script],
-        "ports": [{"containerPort": 4445}],
-        "resources": {"requests": {"cpu": "10m", "memory": "8Mi"}},
-    })
-}
 
 /// A config whose chrome 139.0 entry is `entry` (the image's settings and the sidecar).
 async fn config(cx: &Ctx, entry: Value) {
@@ -37,19 +25,6 @@ async fn config(cx: &Ctx, entry: Value) {
     )
     .await;
     cx.until_config("chrome", "Valid", "True").await;
-}
-
-/// The Chromium entry: chromedriver on 4444, shared memory for the browser.
-fn chromium(sidecar_script: &str) -> Value {
-    json!({
-        "image": CHROMIUM,
-        "imagePullPolicy": "Never",
-        "ports": [{"containerPort": 4444}],
-        "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "2Gi"}},
-        "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "512Mi"}}],
-        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
-        "sidecars": [sidecar(sidecar_script)],
-    })
 }
 
 /// An entry whose browser container is busybox running `script`.
@@ -68,22 +43,7 @@ fn busybox(script: &str, extra: Value) -> Value {
 
 /// A WebDriver command to chromedriver at `ip`; the answer's `value`.
 fn webdriver(ip: IpAddr, method: &str, path: &str, body: Option<Value>) -> Result<Value, String> {
-    let body = body.map(|b| b.to_string());
-    let (status, text) = host::http_request_at(
-        ip,
-        4444,
-        method,
-        path,
-        body.as_deref(),
-        Duration::from_secs(60),
-    )
-    .ok_or_else(|| format!("{method} {path}: no answer"))?;
-    let answer: Value =
-        serde_json::from_str(&text).map_err(|e| format!("{method} {path}: {e}: {text}"))?;
-    if status != 200 {
-        return Err(format!("{method} {path}: {status}: {answer}"));
-    }
-    Ok(answer["value"].clone())
+    webdriver::command(ip, method, path, body.as_ref(), Duration::from_secs(60))
 }
 
 /// A real WebDriver session through `status.podIP`, as the hub opens one: chromedriver ready,
@@ -117,16 +77,8 @@ pub(crate) async fn a_real_browser_session_through_the_pod_ip(cx: Arc<Ctx>) {
         },
     )
     .await;
-    let session = webdriver(
-        ip,
-        "POST",
-        "/session",
-        Some(json!({"capabilities": {"alwaysMatch": {
-            "browserName": "chrome",
-            "goog:chromeOptions": {"args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"]},
-        }}})),
-    )
-    .expect("a session");
+    let session =
+        webdriver(ip, "POST", "/session", Some(webdriver::headless_chrome())).expect("a session");
     let id = session["sessionId"]
         .as_str()
         .expect("a session id")

@@ -23,6 +23,7 @@ pub mod partition;
 pub mod rendered;
 pub mod stats;
 pub mod upstream;
+pub mod webdriver;
 
 /// The repository's root folder.
 pub fn repo() -> PathBuf {
