@@ -1131,26 +1131,29 @@ async fn ideal(ctx: &Ctx<'_>, backend: &Backend, runtime: &Handle) -> Result<Ide
     let duplicates = client.log.duplicates(ctx.plan.session_end.is_some());
     drop(client);
 
-    force_delete_pods(ctx, &names).await?;
-    let browsers = ctx.browsers();
-    let release = Patch::Merge(json!({"metadata": {"finalizers": null}}));
-    fan_out(n, ctx.plan.concurrency, None, |i| {
-        let browsers = browsers.clone();
-        let name = names[i].clone();
-        let release = &release;
-        async move {
-            tolerate(
-                browsers
-                    .patch(&name, &PatchParams::default(), release)
-                    .await,
-                404,
-                "remove finalizers",
-            )
-        }
-    })
-    .await?;
-    ctx.delete_browsers(&names).await?;
-    ctx.wait_gone(prefix, n, || Ok(())).await?;
+    // Under mixed load the ideal client removed its sessions itself (waited for above).
+    if ctx.plan.session_end.is_none() {
+        force_delete_pods(ctx, &names).await?;
+        let browsers = ctx.browsers();
+        let release = Patch::Merge(json!({"metadata": {"finalizers": null}}));
+        fan_out(n, ctx.plan.concurrency, None, |i| {
+            let browsers = browsers.clone();
+            let name = names[i].clone();
+            let release = &release;
+            async move {
+                tolerate(
+                    browsers
+                        .patch(&name, &PatchParams::default(), release)
+                        .await,
+                    404,
+                    "remove finalizers",
+                )
+            }
+        })
+        .await?;
+        ctx.delete_browsers(&names).await?;
+        ctx.wait_gone(prefix, n, || Ok(())).await?;
+    }
     Ok(Ideal {
         flow,
         writes,
