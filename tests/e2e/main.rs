@@ -1154,7 +1154,7 @@ async fn poll<T, F: Future<Output = Result<T, String>>>(
 type Samples = Vec<(Instant, Option<u16>)>;
 
 /// `/readyz` on `port` as a kubelet probes it, every 100 ms, until the returned flag is
-/// cleared.
+/// cleared, and once more then.
 fn probe_readiness(
     port: u16,
 ) -> (
@@ -1166,12 +1166,20 @@ fn probe_readiness(
     let task = {
         let probing = probing.clone();
         tokio::task::spawn_blocking(move || {
+            let sample = || {
+                (
+                    Instant::now(),
+                    host::http_get(port, "/readyz").map(|(code, _)| code),
+                )
+            };
             let mut samples = Vec::new();
             while probing.load(Ordering::Relaxed) {
-                let code = host::http_get(port, "/readyz").map(|(code, _)| code);
-                samples.push((Instant::now(), code));
+                samples.push(sample());
                 std::thread::sleep(Duration::from_millis(100));
             }
+            // A scenario stops the prober once it saw the operator ready itself, which can fall
+            // between two samples: one last sample records the state it stopped on.
+            samples.push(sample());
             samples
         })
     };
