@@ -11,7 +11,9 @@
 
 use std::future::ready;
 use std::hash::Hash;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use futures::future::Either;
@@ -23,7 +25,7 @@ use kube::runtime::reflector::{Store, store::Writer};
 use kube::runtime::utils::Backoff;
 use kube::runtime::watcher::{self, ExponentialBackoff};
 use tokio::sync::watch;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::link::{Link, LinkState};
 use crate::metrics::Metrics;
@@ -201,10 +203,11 @@ where
     K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
 {
     let errors = health.clone();
+    let streaming = Arc::new(AtomicBool::new(true));
     let start = move || {
         let mut relist = relist_expired_at_once();
         let health = errors.clone();
-        watcher::watcher(api.clone(), config.clone())
+        watcher_of(api.clone(), config.clone(), streaming.clone())
             .inspect(move |item| {
                 if let Err(error) = item {
                     health.observe_error(error);
@@ -216,6 +219,71 @@ where
             .boxed()
     };
     restarting(start, link, move |error| health.observe_error(error))
+}
+
+/// The watcher of `api`. Its lists are streamed (`sendInitialEvents`: the objects come one
+/// by one on the watch, where a list would be read a page at a time, and are served from the
+/// API server's watch cache) while `streaming` holds; the first answer that says the server
+/// cannot stream them ([`cannot_stream`]) clears it, and the watch lists in pages from then
+/// on, starting at once.
+fn watcher_of<K>(
+    api: kube::Api<K>,
+    config: watcher::Config,
+    streaming: Arc<AtomicBool>,
+) -> BoxStream<'static, Result<watcher::Event<K>, watcher::Error>>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    if !streaming.load(Ordering::Relaxed) {
+        return watcher::watcher(api, config).boxed();
+    }
+    let mut current = watcher::watcher(api.clone(), config.clone().streaming_lists()).boxed();
+    let mut initial = true;
+    futures::stream::poll_fn(move |cx| {
+        loop {
+            let item = futures::ready!(current.poll_next_unpin(cx));
+            match &item {
+                Some(Ok(watcher::Event::Init)) => initial = true,
+                Some(Ok(watcher::Event::InitDone)) => initial = false,
+                _ => {}
+            }
+            if let Some(Err(error)) = &item
+                && let Some(answer) = cannot_stream(error, initial)
+                && streaming.swap(false, Ordering::Relaxed)
+            {
+                // The code and reason say which case it is (422 Invalid: not offered; 500:
+                // storage cannot serve it); the message, at debug level, the details.
+                info!(
+                    resource = api.resource_url(),
+                    answer = %format_args!("{} {}", answer.code, answer.reason),
+                    "the API server cannot stream lists; listing in pages"
+                );
+                debug!(resource = api.resource_url(), message = %answer.message, "streamed list refused");
+                current = watcher::watcher(api.clone(), config.clone()).boxed();
+                continue;
+            }
+            return Poll::Ready(item);
+        }
+    })
+    .boxed()
+}
+
+/// The server's answer, when an error of a streamed list says the server cannot stream lists:
+/// a server before Kubernetes 1.27, or with the `WatchList` feature off (1.27–1.31 and 1.33
+/// by default), refuses the request's options as invalid (`resourceVersionMatch` or
+/// `sendInitialEvents` forbidden for watch); one whose storage cannot serve it (1.3x on an
+/// etcd without progress requests) starts the watch, then ends it with an error before the
+/// list is complete (`initial`). An expired watch (410) is not such an answer.
+fn cannot_stream(error: &watcher::Error, initial: bool) -> Option<&kube::core::Status> {
+    match error {
+        watcher::Error::WatchStartFailed(kube::Error::Api(status))
+            if matches!(status.code, 400 | 422) =>
+        {
+            Some(status)
+        }
+        watcher::Error::WatchError(status) if initial && status.code != 410 => Some(status),
+        _ => None,
+    }
 }
 
 /// Why a watch started anew without an error of its own.
@@ -506,6 +574,29 @@ mod tests {
     fn expired() -> Result<watcher::Event<()>, watcher::Error> {
         let status = Status::failure("too old resource version", "Expired").with_code(410);
         Err(watcher::Error::WatchError(Box::new(status)))
+    }
+
+    #[test]
+    fn a_refused_or_broken_streamed_list_means_listing_in_pages() {
+        let status = |code: u16| Status::failure("answer", "Reason").with_code(code);
+        let start =
+            |code| watcher::Error::WatchStartFailed(kube::Error::Api(Box::new(status(code))));
+        let during = |code| watcher::Error::WatchError(Box::new(status(code)));
+        let code = |error, initial| cannot_stream(&error, initial).map(|s| s.code);
+        // Kubernetes 1.24, or WatchList off: the options are invalid.
+        assert_eq!(code(start(422), true), Some(422));
+        assert_eq!(code(start(400), true), Some(400));
+        // Passing answers: the server is busy or the client not allowed.
+        assert_eq!(code(start(429), true), None);
+        assert_eq!(code(start(403), true), None);
+        // 1.3x on etcd 3.4: the watch starts, then fails before the list is complete.
+        assert_eq!(code(during(500), true), Some(500));
+        assert_eq!(
+            code(during(500), false),
+            None,
+            "after the list: a watch error"
+        );
+        assert_eq!(code(during(410), true), None, "expired: stream again");
     }
 
     #[test]

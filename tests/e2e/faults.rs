@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use kube::api::{DeleteParams, Patch, PatchParams};
 use serde_json::{Value, json};
 
-use crate::support::apiserver::{ApiServer, Fault};
+use crate::support::apiserver::{ApiServer, Fault, StreamingLists};
 use crate::support::kinds::config_resource;
 use crate::support::kubelet::Script;
 use crate::{Ctx, WAIT, poll, resource};
@@ -59,6 +59,21 @@ pub(crate) fn cluster_without_schema() -> ApiServer {
     let server = ApiServer::new();
     server.remove_schema_field(CONTAINER, "restartPolicy");
     server.serve_openapi(false, false);
+    server
+}
+
+/// A server without streaming lists, as before Kubernetes 1.27 (or with `WatchList` off).
+pub(crate) fn cluster_without_streaming_lists() -> ApiServer {
+    let server = ApiServer::new();
+    server.streaming_lists(StreamingLists::Refused);
+    server
+}
+
+/// A server that offers streaming lists but whose storage cannot serve them (1.3x on etcd
+/// 3.4): each ends in an error before the list is complete.
+pub(crate) fn cluster_with_unservable_streaming_lists() -> ApiServer {
+    let server = ApiServer::new();
+    server.streaming_lists(StreamingLists::Unservable);
     server
 }
 
@@ -121,6 +136,30 @@ impl Ctx {
             .get(name)
             .copied()
             .unwrap_or(0)
+    }
+
+    /// The operator's lists and watches of Browsers, pods and BrowserConfigs (it watches every
+    /// namespace, so they are not this namespace's): verb, resource, whether the watch asked
+    /// for its list streamed, and the answer's status.
+    fn operator_reads(&self) -> Reads {
+        let operator = crate::operator_user();
+        self.server()
+            .requests()
+            .into_iter()
+            .filter(|r| {
+                r.user.as_deref() == Some(operator.as_str())
+                    && matches!(r.verb.as_str(), "list" | "watch")
+                    && matches!(r.resource.as_str(), "browsers" | "pods" | "browserconfigs")
+            })
+            .map(|r| (r.verb, r.resource, r.streamed_list, r.status))
+            .collect()
+    }
+
+    /// Makes every watch of the operator relist: the event log is forgotten and the streams
+    /// closed, so each resumes into `410 Gone`.
+    fn force_relists(&self) {
+        self.server().compact();
+        self.server().drop_watches();
     }
 
     /// GETs of an OpenAPI document, with their status codes.
@@ -1010,4 +1049,110 @@ pub(crate) async fn a_config_deleted_while_the_operator_was_away_loses_its_daemo
     cx.start_operator(&["--enable-prepull"]);
     cx.until_daemon_sets("the DaemonSet swept", |all| all.is_empty())
         .await;
+}
+
+/// How often the operator's reads of `resource` match `what` (verb, streamed, status).
+fn count_reads(reads: &Reads, resource: &str, what: impl Fn(&str, bool, u16) -> bool) -> usize {
+    reads
+        .iter()
+        .filter(|(verb, r, streamed, status)| r == resource && what(verb, *streamed, *status))
+        .count()
+}
+
+type Reads = Vec<(String, String, bool, u16)>;
+
+/// Runs a Browser, makes every watch relist, runs another; returns the operator's reads
+/// before the relist and once `relisted` holds of them for every watched resource (given its
+/// reads before and after), which it must within the suite's wait.
+async fn run_across_a_relist(
+    cx: &Ctx,
+    relisted: impl Fn(&Reads, &Reads, &str) -> bool,
+) -> (Reads, Reads) {
+    cx.start_operator(&[]);
+    cx.chrome_config().await;
+    cx.create_browser("before", json!({})).await;
+    cx.until_running("before").await;
+    let before = cx.operator_reads();
+    cx.force_relists();
+    cx.create_browser("after", json!({})).await;
+    cx.until_running("after").await;
+    let after = poll(WAIT, Duration::from_millis(50), || async {
+        let after = cx.operator_reads();
+        if ["browsers", "pods", "browserconfigs"]
+            .iter()
+            .all(|r| relisted(&before, &after, r))
+        {
+            Ok(after)
+        } else {
+            Err(format!("every cache relisted: {after:?}"))
+        }
+    })
+    .await;
+    (before, after)
+}
+
+fn streamed_lists(reads: &Reads, resource: &str) -> usize {
+    count_reads(reads, resource, |v, streamed, s| {
+        v == "watch" && streamed && s == 200
+    })
+}
+
+fn paged_lists(reads: &Reads, resource: &str) -> usize {
+    count_reads(reads, resource, |v, _, s| v == "list" && s == 200)
+}
+
+/// On the double, which streams lists as Kubernetes 1.34 and later do.
+pub(crate) async fn where_the_server_streams_lists_no_cache_lists_in_pages(cx: Arc<Ctx>) {
+    let (before, after) = run_across_a_relist(&cx, |before, after, r| {
+        streamed_lists(after, r) > streamed_lists(before, r)
+    })
+    .await;
+    for resource in ["browsers", "pods", "browserconfigs"] {
+        assert!(
+            streamed_lists(&before, resource) >= 1,
+            "{resource}: a streamed list at start-up: {before:?}"
+        );
+        assert_eq!(
+            count_reads(&after, resource, |v, _, _| v == "list"),
+            0,
+            "{resource}: no list: {after:?}"
+        );
+    }
+    cx.delete_everything().await;
+}
+
+/// On [`cluster_without_streaming_lists`].
+pub(crate) async fn where_the_server_refuses_streamed_lists_each_cache_lists_in_pages_after_one_try(
+    cx: Arc<Ctx>,
+) {
+    lists_in_pages_after_one_try(&cx).await;
+}
+
+/// On [`cluster_with_unservable_streaming_lists`].
+pub(crate) async fn where_streamed_lists_fail_before_their_end_each_cache_lists_in_pages_after_one_try(
+    cx: Arc<Ctx>,
+) {
+    lists_in_pages_after_one_try(&cx).await;
+}
+
+/// Each cache tried one streamed list, listed in pages, and did not stream again at a relist.
+async fn lists_in_pages_after_one_try(cx: &Ctx) {
+    let (before, after) = run_across_a_relist(cx, |before, after, r| {
+        paged_lists(after, r) > paged_lists(before, r)
+    })
+    .await;
+    for resource in ["browsers", "pods", "browserconfigs"] {
+        let tried = count_reads(&before, resource, |v, streamed, _| v == "watch" && streamed);
+        assert!(tried >= 1, "{resource}: a streamed list tried: {before:?}");
+        assert!(
+            paged_lists(&before, resource) >= 1,
+            "{resource}: then listed: {before:?}"
+        );
+        assert_eq!(
+            count_reads(&after, resource, |_, streamed, _| streamed),
+            tried,
+            "{resource}: a relist does not try again: {after:?}"
+        );
+    }
+    cx.delete_everything().await;
 }

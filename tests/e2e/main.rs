@@ -1420,6 +1420,18 @@ fn scenarios() -> Vec<Scenario> {
             ..scenario!(faults::without_any_schema_the_operator_runs_and_applies_pods_unpruned, false)
         },
         Scenario {
+            own_double: Some(faults::plain),
+            ..scenario!(faults::where_the_server_streams_lists_no_cache_lists_in_pages, false)
+        },
+        Scenario {
+            own_double: Some(faults::cluster_without_streaming_lists),
+            ..scenario!(faults::where_the_server_refuses_streamed_lists_each_cache_lists_in_pages_after_one_try, false)
+        },
+        Scenario {
+            own_double: Some(faults::cluster_with_unservable_streaming_lists),
+            ..scenario!(faults::where_streamed_lists_fail_before_their_end_each_cache_lists_in_pages_after_one_try, false)
+        },
+        Scenario {
             own_double: Some(faults::current_cluster_answering_422),
             ..scenario!(faults::a_rejection_after_the_schema_changed_refetches_it_and_the_browser_still_runs, false)
         },

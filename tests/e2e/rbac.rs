@@ -234,7 +234,10 @@ pub(crate) fn the_cluster_role_grants_only_what_the_operator_used(
             };
             // An apply that created (201) was authorized as a create too.
             let created = r.patch_type.as_deref() == Some("apply") && r.status == 201;
-            let verbs = [Some(r.verb.as_str()), created.then_some("create")];
+            // A streamed list is a list in pages on a server that cannot stream it (the
+            // scenarios on such doubles show the operator listing): it needs `list` there.
+            let listed = r.streamed_list.then_some("list");
+            let verbs = [Some(r.verb.as_str()), created.then_some("create"), listed];
             verbs
                 .into_iter()
                 .flatten()

@@ -39,6 +39,7 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 
 pub use error::ApiError;
+pub use store::StreamingLists;
 use store::{State, WriteOpts};
 
 type Shared = Arc<Mutex<State>>;
@@ -165,6 +166,8 @@ pub struct RequestRecord {
     /// HTTP status of the response.
     pub status: u16,
     pub path: String,
+    /// A watch that asked for its initial list streamed (`sendInitialEvents=true`).
+    pub streamed_list: bool,
 }
 
 impl RequestRecord {
@@ -230,6 +233,12 @@ impl ApiServer {
     /// Interval between watch bookmarks (default 1s; the first comes right away).
     pub fn set_bookmark_interval(&self, interval: Duration) {
         lock(&self.shared).bookmark_interval = interval;
+    }
+
+    /// What a watch asking for its initial list streamed (`sendInitialEvents`) gets
+    /// (default: [`StreamingLists::Served`]).
+    pub fn streaming_lists(&self, answer: StreamingLists) {
+        lock(&self.shared).streaming_lists = answer;
     }
 
     /// The axum router serving the API.

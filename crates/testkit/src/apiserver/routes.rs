@@ -17,7 +17,7 @@ use super::rbac::{self, User};
 use super::resources;
 use super::resources::Special;
 use super::selector::{FieldSelector, LabelSelector};
-use super::store::{DeleteOpts, PatchType, State, Target, WriteOpts};
+use super::store::{DeleteOpts, PatchType, State, StreamingLists, Target, WriteOpts};
 use super::table;
 use super::watch::{self, WatchParams, WatchStream};
 use super::{RequestRecord, Shared, lock};
@@ -204,6 +204,7 @@ impl Incoming<'_> {
             .get("impersonate-user")
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
+        let streamed_list = self.flag("sendInitialEvents");
         state.requests.push(match call {
             Some(c) => RequestRecord {
                 user,
@@ -218,6 +219,7 @@ impl Incoming<'_> {
                 patch_type: c.patch_type.map(|p| p.as_str().to_string()),
                 status: code,
                 path: self.path.to_string(),
+                streamed_list,
             },
             None => RequestRecord {
                 user,
@@ -232,6 +234,7 @@ impl Incoming<'_> {
                 patch_type: None,
                 status: code,
                 path: self.path.to_string(),
+                streamed_list,
             },
         });
     }
@@ -569,6 +572,11 @@ impl Incoming<'_> {
                 reply(list)
             }
             "watch" => {
+                if state.streaming_lists == StreamingLists::Refused
+                    && self.param("resourceVersionMatch").is_some()
+                {
+                    return Err(refused_streaming_list());
+                }
                 let (labels, fields) = self.selectors(t)?;
                 let resource_version = match self.param("resourceVersion").filter(|s| !s.is_empty())
                 {
@@ -743,6 +751,22 @@ fn patch_options_invalid(field: &str, reason: &str, message: &str) -> ApiError {
         "group": "meta.k8s.io",
         "kind": "PatchOptions",
         "causes": [{"reason": reason, "message": message, "field": field}],
+    }))
+}
+
+/// A streaming list refused as Kubernetes 1.24 refuses it, in `ValidateListOptions`:
+/// `ListOptions.meta.k8s.io "" is invalid: resourceVersionMatch: Forbidden: ...` (422).
+fn refused_streaming_list() -> ApiError {
+    let message = "Forbidden: resourceVersionMatch is forbidden for watch";
+    ApiError::new(
+        422,
+        "Invalid",
+        format!("ListOptions.meta.k8s.io \"\" is invalid: resourceVersionMatch: {message}"),
+    )
+    .with_details(serde_json::json!({
+        "group": "meta.k8s.io",
+        "kind": "ListOptions",
+        "causes": [{"reason": "FieldValueForbidden", "message": message, "field": "resourceVersionMatch"}],
     }))
 }
 

@@ -122,6 +122,19 @@ impl PatchType {
     }
 }
 
+/// What a watch asking for its initial list streamed (`sendInitialEvents`) gets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StreamingLists {
+    /// The objects, then the `initial-events-end` bookmark (Kubernetes 1.34 and later).
+    Served,
+    /// A 422 for the request's options, as a server without the feature answers (Kubernetes
+    /// 1.24: `resourceVersionMatch is forbidden for watch`).
+    Refused,
+    /// The watch starts, then ends in a 500 `ERROR` event: a server with the feature whose
+    /// etcd cannot serve it (1.3x on etcd 3.4 without progress requests).
+    Unservable,
+}
+
 pub struct State {
     pub rv: u64,
     seq: u64,
@@ -141,6 +154,8 @@ pub struct State {
     pub denials: Vec<AccessRule>,
     pub git_version: String,
     pub bookmark_interval: Duration,
+    /// What a watch asking for its initial list streamed (`sendInitialEvents`) gets.
+    pub streaming_lists: StreamingLists,
     pub openapi: OpenApi,
 }
 
@@ -213,6 +228,7 @@ impl State {
             denials: Vec::new(),
             git_version: "v1.34.0".to_string(),
             bookmark_interval: Duration::from_secs(1),
+            streaming_lists: StreamingLists::Served,
             openapi: OpenApi::default(),
         };
         for ns in ["default", "kube-system"] {

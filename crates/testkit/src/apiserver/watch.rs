@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use super::Shared;
 use super::resources::ResKey;
 use super::selector::{FieldSelector, LabelSelector};
-use super::store::{EventType, LogEvent, State, Target};
+use super::store::{EventType, LogEvent, State, StreamingLists, Target};
 
 /// An open watch, registered in the state; events are filtered and serialized at send time.
 pub struct Watcher {
@@ -145,6 +145,16 @@ impl State {
             bookmarks: p.bookmarks,
             bookmark_interval: self.bookmark_interval,
         };
+        if p.send_initial_events && self.streaming_lists == StreamingLists::Unservable {
+            let status = json!({
+                "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": "a watch stream was requested by the client but the required storage feature RequestWatchProgress is disabled",
+                "reason": "InternalError", "code": 500,
+            });
+            let _ = watcher.tx.send(line("ERROR", &status));
+            stream.id = None;
+            return stream;
+        }
         match p.resource_version {
             Some(rv) if rv > 0 && !p.send_initial_events => {
                 if rv < self.compacted {
