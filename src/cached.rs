@@ -14,6 +14,7 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use kube::api::{DynamicObject, TypeMeta};
@@ -107,29 +108,50 @@ fn object(text: &str, ar: &ApiResource) -> DynamicObject {
     object
 }
 
+/// The kind of cached Browsers or pods. Every key of a cache and of the controller's queue
+/// holds one, several per Browser: shared, it costs a pointer there, where an `ApiResource`
+/// costs five strings of its own.
+pub type CachedKind = Arc<ApiResource>;
+
+/// The kinds of the cached Browsers and pods, shared ([`CachedKind`]).
+#[derive(Clone, Debug)]
+pub struct CachedKinds {
+    pub browser: CachedKind,
+    pub pod: CachedKind,
+}
+
+impl CachedKinds {
+    pub fn new(kinds: &crate::api::kinds::Kinds) -> Self {
+        Self {
+            browser: Arc::new(kinds.browser.clone()),
+            pod: Arc::new(kinds.pod.clone()),
+        }
+    }
+}
+
 macro_rules! dynamic_resource {
     ($type:ty) => {
         impl Resource for $type {
-            type DynamicType = ApiResource;
+            type DynamicType = CachedKind;
             type Scope = DynamicResourceScope;
 
-            fn group(dt: &ApiResource) -> Cow<'_, str> {
+            fn group(dt: &CachedKind) -> Cow<'_, str> {
                 dt.group.as_str().into()
             }
 
-            fn version(dt: &ApiResource) -> Cow<'_, str> {
+            fn version(dt: &CachedKind) -> Cow<'_, str> {
                 dt.version.as_str().into()
             }
 
-            fn kind(dt: &ApiResource) -> Cow<'_, str> {
+            fn kind(dt: &CachedKind) -> Cow<'_, str> {
                 dt.kind.as_str().into()
             }
 
-            fn api_version(dt: &ApiResource) -> Cow<'_, str> {
+            fn api_version(dt: &CachedKind) -> Cow<'_, str> {
                 dt.api_version.as_str().into()
             }
 
-            fn plural(dt: &ApiResource) -> Cow<'_, str> {
+            fn plural(dt: &CachedKind) -> Cow<'_, str> {
                 dt.plural.as_str().into()
             }
 

@@ -65,9 +65,25 @@ impl<S: Subscriber> Layer<S> for CertBypassOnce {
 fn filter(level: &str) -> Result<EnvFilter, LogLevelError> {
     match std::env::var("RUST_LOG") {
         Ok(env) if !env.is_empty() => EnvFilter::try_new(env),
-        _ => EnvFilter::try_new(level),
+        _ => EnvFilter::try_new(directives(level)),
     }
     .map_err(|e| LogLevelError(e.to_string()))
+}
+
+/// kube-runtime's controller opens an info span for every reconcile it starts
+/// (`reconciling object`, its fields formatted), held while the reconcile waits for a worker:
+/// at a restart over thousands of Browsers, thousands at once. The operator's own `reconcile`
+/// span names the Browser, so at the default level kube-runtime's is left out; any other
+/// filter is taken as it is.
+const RECONCILE_SPANS: &str = "kube_runtime::controller=warn";
+
+/// The filter directives of `--log-level`.
+fn directives(level: &str) -> String {
+    if level.trim().eq_ignore_ascii_case("info") {
+        format!("info,{RECONCILE_SPANS}")
+    } else {
+        level.to_string()
+    }
 }
 
 /// The subscriber writing to `writer`, with ANSI colours in text lines when `ansi`.
@@ -150,8 +166,12 @@ mod tests {
     }
 
     fn logged(format: LogFormat, ansi: bool, emit: impl FnOnce()) -> String {
+        logged_at("info", format, ansi, emit)
+    }
+
+    fn logged_at(level: &str, format: LogFormat, ansi: bool, emit: impl FnOnce()) -> String {
         let out = Captured::default();
-        let subscriber = subscriber(format, EnvFilter::new("info"), ansi, out.clone());
+        let subscriber = subscriber(format, EnvFilter::new(directives(level)), ansi, out.clone());
         tracing::subscriber::with_default(subscriber, emit);
         out.text()
     }
@@ -186,6 +206,32 @@ mod tests {
             "{text}"
         );
         assert_eq!(text.matches("failed to reload CA bundle").count(), 2);
+    }
+
+    #[test]
+    fn at_the_default_level_only_the_operators_own_reconcile_span_is_kept() {
+        let emit = || {
+            let outer = tracing::info_span!(target: "kube_runtime::controller", "reconciling object", object.reason = "object updated");
+            let _outer = outer.enter();
+            let inner = tracing::info_span!("reconcile", namespace = "team-a", name = "s1");
+            let _inner = inner.enter();
+            tracing::warn!("reconcile failed");
+        };
+        let info = logged_at("info", LogFormat::Text, false, emit);
+        assert!(
+            info.contains("reconcile{namespace=\"team-a\" name=\"s1\"}"),
+            "{info}"
+        );
+        assert!(!info.contains("reconciling object"), "{info}");
+        let debug = logged_at("debug", LogFormat::Text, false, emit);
+        assert!(debug.contains("reconciling object"), "{debug}");
+        let filtered = logged_at(
+            "info,browser_controller=debug",
+            LogFormat::Text,
+            false,
+            emit,
+        );
+        assert!(filtered.contains("reconciling object"), "{filtered}");
     }
 
     #[test]

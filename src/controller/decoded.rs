@@ -13,7 +13,7 @@ use std::borrow::Cow;
 use futures::{Stream, StreamExt};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::api::DynamicObject;
-use kube::core::{ApiResource, DynamicResourceScope, Resource};
+use kube::core::{DynamicResourceScope, Resource};
 use kube::runtime::watcher;
 use serde::de::{DeserializeOwned, Error as _};
 use serde::{Deserialize, Deserializer};
@@ -81,28 +81,28 @@ impl<'de, K: DeserializeOwned> Deserialize<'de> for Decoded<K> {
 
 impl<K> Resource for Decoded<K>
 where
-    K: Resource<DynamicType = ApiResource, Scope = DynamicResourceScope>,
+    K: Resource<Scope = DynamicResourceScope>,
 {
-    type DynamicType = ApiResource;
+    type DynamicType = K::DynamicType;
     type Scope = DynamicResourceScope;
 
-    fn kind(dt: &ApiResource) -> Cow<'_, str> {
+    fn kind(dt: &K::DynamicType) -> Cow<'_, str> {
         K::kind(dt)
     }
 
-    fn group(dt: &ApiResource) -> Cow<'_, str> {
+    fn group(dt: &K::DynamicType) -> Cow<'_, str> {
         K::group(dt)
     }
 
-    fn version(dt: &ApiResource) -> Cow<'_, str> {
+    fn version(dt: &K::DynamicType) -> Cow<'_, str> {
         K::version(dt)
     }
 
-    fn api_version(dt: &ApiResource) -> Cow<'_, str> {
+    fn api_version(dt: &K::DynamicType) -> Cow<'_, str> {
         K::api_version(dt)
     }
 
-    fn plural(dt: &ApiResource) -> Cow<'_, str> {
+    fn plural(dt: &K::DynamicType) -> Cow<'_, str> {
         K::plural(dt)
     }
 

@@ -3,12 +3,12 @@
 
 use kube::Client;
 use kube::api::Api;
-use kube::core::{ApiResource, DynamicResourceScope};
+use kube::core::DynamicResourceScope;
 
 /// The API of `resource` over one namespace, or all namespaces for `None`.
-pub(crate) fn scoped_api<K>(client: &Client, ns: Option<&str>, resource: &ApiResource) -> Api<K>
+pub(crate) fn scoped_api<K>(client: &Client, ns: Option<&str>, resource: &K::DynamicType) -> Api<K>
 where
-    K: kube::Resource<DynamicType = ApiResource, Scope = DynamicResourceScope>,
+    K: kube::Resource<Scope = DynamicResourceScope>,
 {
     match ns {
         Some(ns) => Api::namespaced_with(client.clone(), ns, resource),

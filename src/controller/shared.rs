@@ -12,6 +12,7 @@ use super::openapi::PodSchemas;
 use super::verdicts::Verdicts;
 use super::watch::WatchHealth;
 use crate::api::kinds::Kinds;
+use crate::cached::CachedKinds;
 use crate::lifecycle::plan::Settings;
 use crate::link::Link;
 use crate::metrics::Metrics;
@@ -20,6 +21,8 @@ use crate::metrics::Metrics;
 pub struct Shared {
     pub client: Client,
     pub kinds: Kinds,
+    /// `kinds` of the Browsers and pods as the caches and the controller's queue key them.
+    pub cached: CachedKinds,
     pub settings: Settings,
     /// Reconciles at work at once (`--max-workers`), granted by lane: what a client waits
     /// on first (`lifecycle::lane`).
@@ -64,6 +67,7 @@ impl Shared {
         let events = EventSink::start(client.clone(), instance, metrics.clone());
         Arc::new(Self {
             client,
+            cached: CachedKinds::new(&kinds),
             kinds,
             settings,
             workers: Workers::new(usize::from(max_workers.max(1)), metrics.clone()),

@@ -334,9 +334,10 @@ mod tests {
     /// A store filled by hand, as a watcher's initial list would fill it.
     fn store<K>(kind: &str, plural: &str, objects: Vec<K>) -> Store<K>
     where
-        K: Resource<DynamicType = ApiResource> + Clone + 'static,
+        K: Resource + Clone + 'static,
+        K::DynamicType: From<ApiResource> + Eq + std::hash::Hash + Clone,
     {
-        let mut writer = Writer::new(resource(kind, plural));
+        let mut writer = Writer::new(resource(kind, plural).into());
         writer.apply_watcher_event(&watcher::Event::Init);
         for o in objects {
             writer.apply_watcher_event(&watcher::Event::InitApply(o));

@@ -53,7 +53,8 @@ pub fn with_every_family() -> (Metrics, Vec<CacheRegistration>) {
     };
     let object =
         |value: Value| -> DynamicObject { serde_json::from_value(value).expect("a valid object") };
-    let mut browsers = Writer::<CachedBrowser>::new(resource("Browser", "browsers"));
+    let mut browsers =
+        Writer::<CachedBrowser>::new(std::sync::Arc::new(resource("Browser", "browsers")));
     let browser = browser("s1").namespace("ns").phase("Running").build();
     let browser: CachedBrowser = serde_json::from_value(browser).expect("a valid Browser");
     browsers.apply_watcher_event(&watcher::Event::Apply(browser));

@@ -142,11 +142,11 @@ impl Scope {
     /// The lane the reconcile of a Browser waits in for a worker, from the caches as they
     /// are when it starts waiting; a Browser gone from the cache has only cleanup left.
     fn lane(&self, ns: &str, name: &str) -> Lane {
-        let browser_ref = ObjectRef::new_with(name, self.shared.kinds.browser.clone()).within(ns);
+        let browser_ref = ObjectRef::new_with(name, self.shared.cached.browser.clone()).within(ns);
         let Some(browser) = self.browsers.get(&browser_ref) else {
             return Lane::Cleanup;
         };
-        let pod_ref = ObjectRef::new_with(name, self.shared.kinds.pod.clone()).within(ns);
+        let pod_ref = ObjectRef::new_with(name, self.shared.cached.pod.clone()).within(ns);
         triggers::lane_of(&browser, self.pods.get(&pod_ref).as_deref())
     }
 
@@ -167,6 +167,7 @@ pub async fn run_scope(
 ) {
     let client = &shared.client;
     let kinds = shared.kinds.clone();
+    let cached = shared.cached.clone();
     let ns = namespace.as_deref();
     let fresher = Arc::new(Fresher::default());
     let failures = Arc::new(Mutex::new(HashMap::new()));
@@ -183,7 +184,7 @@ pub async fn run_scope(
     };
 
     let browsers =
-        watch::Cache::<CachedBrowser>::new(kinds.browser.clone(), shared.watch_health("browsers"));
+        watch::Cache::<CachedBrowser>::new(cached.browser.clone(), shared.watch_health("browsers"));
     let browser_reader = browsers.reader.clone();
     let forget_deleted = {
         let (fresher, reader) = (fresher.clone(), browser_reader.clone());
@@ -214,7 +215,7 @@ pub async fn run_scope(
         }
     };
     let watched = browsers.watch(
-        scoped_api::<Decoded<CachedBrowser>>(client, ns, &kinds.browser),
+        scoped_api::<Decoded<CachedBrowser>>(client, ns, &cached.browser),
         watch::list_in_pages(watcher::Config::default()),
         &shared.link,
     );
@@ -230,17 +231,17 @@ pub async fn run_scope(
         false,
     );
 
-    let pods = watch::Cache::<CachedPod>::new(kinds.pod.clone(), shared.watch_health("pods"));
+    let pods = watch::Cache::<CachedPod>::new(cached.pod.clone(), shared.watch_health("pods"));
     let (pod_reader, pods_health) = (pods.reader.clone(), pods.health.clone());
     let watched = pods
         .watch(
-            scoped_api::<CachedPod>(client, ns, &kinds.pod),
+            scoped_api::<CachedPod>(client, ns, &cached.pod),
             watch::list_in_pages(watcher::Config::default().labels(&keys::managed_pods_selector())),
             &shared.link,
         )
         .inspect(triggers::observe_scheduling(
             pod_reader.clone(),
-            kinds.pod.clone(),
+            cached.pod.clone(),
             shared.metrics.clone(),
         ));
     let pods = pods.fill_with(
@@ -248,7 +249,7 @@ pub async fn run_scope(
         triggers::rejudge_lane(
             shared.clone(),
             browser_reader.clone(),
-            kinds.browser.clone(),
+            cached.browser.clone(),
         ),
         listed(failures.clone()),
     );
@@ -288,8 +289,8 @@ pub async fn run_scope(
         refusals: Mutex::new(HashMap::new()),
     });
 
-    let browser_ar = kinds.browser.clone();
-    let pod_mapper_ar = kinds.browser.clone();
+    let browser_ar = cached.browser.clone();
+    let pod_mapper_ar = cached.browser.clone();
     let waiting_reader = browser_reader.clone();
     // Held until the scope stops: the `browsers` gauge reads this cache at scrape time.
     let _gauge_source = shared.metrics.observe_browsers(browser_reader.clone());
@@ -298,12 +299,12 @@ pub async fn run_scope(
         .watches_stream_with(
             pods,
             move |pod| triggers::browser_of_pod(&pod, &pod_mapper_ar),
-            kinds.pod.clone(),
+            cached.pod.clone(),
         )
         .watches_stream_with(
             configs,
             move |config| match config.metadata.namespace.as_deref() {
-                Some(ns) => triggers::waiting_browsers(&waiting_reader, ns, &kinds.browser),
+                Some(ns) => triggers::waiting_browsers(&waiting_reader, ns, &cached.browser),
                 None => Vec::new(),
             },
             kinds.browserconfig.clone(),

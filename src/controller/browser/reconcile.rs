@@ -201,7 +201,7 @@ fn after_writes(
 /// Browser is gone or let go of).
 fn current_view(scope: &Scope, ns: &str, name: &str) -> Result<Option<View>, ReconcileError> {
     let shared = &scope.shared;
-    let browser_ref = ObjectRef::new_with(name, shared.kinds.browser.clone()).within(ns);
+    let browser_ref = ObjectRef::new_with(name, shared.cached.browser.clone()).within(ns);
     let Some(cached) = scope.browsers.get(&browser_ref) else {
         return Ok(None);
     };
@@ -211,7 +211,7 @@ fn current_view(scope: &Scope, ns: &str, name: &str) -> Result<Option<View>, Rec
     else {
         return Ok(None);
     };
-    let pod_ref = ObjectRef::new_with(name, shared.kinds.pod.clone()).within(ns);
+    let pod_ref = ObjectRef::new_with(name, shared.cached.pod.clone()).within(ns);
     let pod = scope
         .fresher
         .pick_pod(

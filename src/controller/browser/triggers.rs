@@ -9,7 +9,7 @@ use kube::api::DynamicObject;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 
-use crate::cached::{CachedBrowser, CachedPod};
+use crate::cached::{CachedBrowser, CachedKind, CachedPod};
 use crate::controller::Shared;
 use crate::lifecycle::lane::{self, Lane};
 use crate::lifecycle::milestones;
@@ -20,10 +20,7 @@ pub fn strip_managed_fields(object: &mut DynamicObject) {
 }
 
 /// The Browser a pod belongs to (see `CachedPod::browser`).
-pub fn browser_of_pod(
-    pod: &CachedPod,
-    browser: &kube::core::ApiResource,
-) -> Option<ObjectRef<CachedBrowser>> {
+pub fn browser_of_pod(pod: &CachedPod, browser: &CachedKind) -> Option<ObjectRef<CachedBrowser>> {
     let ns = pod.metadata.namespace.as_deref()?;
     Some(ObjectRef::new_with(pod.browser()?, browser.clone()).within(ns))
 }
@@ -41,7 +38,7 @@ pub fn lane_of(browser: &CachedBrowser, pod: Option<&CachedPod>) -> Lane {
 pub fn rejudge_lane(
     shared: Arc<Shared>,
     browsers: Store<CachedBrowser>,
-    browser_resource: kube::core::ApiResource,
+    browser_resource: CachedKind,
 ) -> impl FnMut(&Result<watcher::Event<CachedPod>, watcher::Error>) {
     move |event| {
         let Ok(watcher::Event::Apply(pod)) = event else {
@@ -67,7 +64,7 @@ pub fn rejudge_lane(
 pub fn waiting_browsers(
     browsers: &Store<CachedBrowser>,
     ns: &str,
-    browser: &kube::core::ApiResource,
+    browser: &CachedKind,
 ) -> Vec<ObjectRef<CachedBrowser>> {
     browsers
         .state()
@@ -86,7 +83,7 @@ pub fn waiting_browsers(
 /// first sighting: the pod may have been seen before, so it is never counted twice.
 pub fn observe_scheduling(
     pods: Store<CachedPod>,
-    pod_resource: kube::core::ApiResource,
+    pod_resource: CachedKind,
     metrics: Arc<Metrics>,
 ) -> impl FnMut(&Result<watcher::Event<CachedPod>, watcher::Error>) {
     move |event| {
@@ -316,7 +313,7 @@ mod tests {
                          "ownerReferences": [{"apiVersion": "browser.selenosis.io/v1", "kind": "Browser", "name": long, "uid": "u", "controller": true}]}
         }))
         .unwrap();
-        let browser = browser_of_pod(&pod, &ar).unwrap();
+        let browser = browser_of_pod(&pod, &Arc::new(ar)).unwrap();
         assert_eq!(browser.name, long);
         assert_eq!(browser.namespace.as_deref(), Some("ns"));
     }
