@@ -91,7 +91,8 @@ struct Args {
     #[arg(long, value_parser = parse_rate)]
     rate: Option<f64>,
     /// Idle Running Browsers cached for the memory and CPU measurement, comma-separated
-    /// (`0`: skip that part).
+    /// (`0`: skip that part). A size given again restarts the operator again over the same
+    /// Browsers: the peak RSS of a restart varies from run to run.
     #[arg(long, value_delimiter = ',', default_value = "100,1000")]
     idle: Vec<u32>,
     /// How long the operator is watched idle at each --idle size.
@@ -216,7 +217,6 @@ impl From<&Args> for Plan {
             .map(|&n| n as usize)
             .collect();
         idle.sort_unstable();
-        idle.dedup();
         let mut plan = Plan {
             browsers: args.browsers as usize,
             concurrency: args.concurrency as usize,

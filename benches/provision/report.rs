@@ -384,10 +384,17 @@ impl Report {
     pub fn targets(&self) -> Vec<Target> {
         let (op, ideal) = (&self.run.flow, &self.ideal.flow);
         let n = op.browsers;
-        let restart_peak_rss = self.idle.last().and_then(|i| match &i.memory {
-            IdleMemory::Process(m) => Some((i.browsers, m.peak)),
-            IdleMemory::InProcess { .. } => None,
-        });
+        // The largest size's worst restart.
+        let largest = self.idle.last().map(|i| i.browsers);
+        let restart_peak_rss = self
+            .idle
+            .iter()
+            .filter(|i| Some(i.browsers) == largest)
+            .filter_map(|i| match &i.memory {
+                IdleMemory::Process(m) => Some((i.browsers, m.peak)),
+                IdleMemory::InProcess { .. } => None,
+            })
+            .max_by_key(|&(_, peak)| peak);
         targets::evaluate(&Figures {
             steady: self.run.rate.is_some(),
             throughput: (op.throughput_pods(), ideal.throughput_pods()),
@@ -826,6 +833,9 @@ impl Report {
         }
         for pair in self.idle.windows(2) {
             let (a, b) = (&pair[0], &pair[1]);
+            if a.browsers == b.browsers {
+                continue;
+            }
             let more = (b.browsers - a.browsers) as f64;
             let growth = |x: f64, y: f64| (x - y) / more / 1024.0;
             let _ = match (&a.memory, &b.memory) {
