@@ -44,8 +44,9 @@ const RETRY_BOUND: Duration = Duration::from_secs(4);
 /// cache: pages keep that peak to one page, however many Browsers and pods there are.
 const PAGE: u32 = 250;
 
-/// `config` listing from the API server's storage page by page. (A list that may be served
-/// from the API server's watch cache, `resourceVersion=0`, comes unpaginated.)
+/// `config` listing from the API server's storage page by page where the list is not streamed
+/// ([`watcher_of`]). (A list that may be served from the API server's watch cache,
+/// `resourceVersion=0`, comes unpaginated.)
 pub fn list_in_pages(config: watcher::Config) -> watcher::Config {
     config.page_size(PAGE)
 }

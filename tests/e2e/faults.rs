@@ -155,11 +155,10 @@ impl Ctx {
             .collect()
     }
 
-    /// Makes every watch of the operator relist: the event log is forgotten and the streams
-    /// closed, so each resumes into `410 Gone`.
+    /// Makes every watch of the operator relist: each ends in `410 Expired`. (A compaction and
+    /// dropped streams would not do: a watch that had seen the last change resumes from it.)
     fn force_relists(&self) {
-        self.server().compact();
-        self.server().drop_watches();
+        self.server().expire_watches();
     }
 
     /// GETs of an OpenAPI document, with their status codes.

@@ -354,6 +354,13 @@ impl ApiServer {
         lock(&self.shared).watchers.clear();
     }
 
+    /// Ends every open watch stream with `410 Expired`; clients have to list again.
+    pub fn expire_watches(&self) {
+        let mut state = lock(&self.shared);
+        let rv = state.rv;
+        watch::expire(&mut state.watchers, rv);
+    }
+
     /// Number of open watch streams.
     pub fn open_watches(&self) -> usize {
         lock(&self.shared).watchers.len()

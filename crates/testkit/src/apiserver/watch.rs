@@ -11,6 +11,7 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use tokio::time::Instant;
 
 use super::Shared;
+use super::error::ApiError;
 use super::resources::ResKey;
 use super::selector::{FieldSelector, LabelSelector};
 use super::store::{EventType, LogEvent, State, StreamingLists, Target};
@@ -112,6 +113,15 @@ pub fn notify(watchers: &mut Vec<Watcher>, held: &[ResKey], ev: &LogEvent) {
     });
 }
 
+/// Ends every open watch with `410 Expired`, as a server ends watches that fell behind its
+/// window: each client has to list again.
+pub fn expire(watchers: &mut Vec<Watcher>, rv: u64) {
+    let error = ApiError::new(410, "Expired", format!("too old resource version: {rv}"));
+    for w in watchers.drain(..) {
+        let _ = w.tx.send(line("ERROR", &error.to_status()));
+    }
+}
+
 /// Delivers what the watches of resources no longer held kept back.
 pub fn release(watchers: &mut Vec<Watcher>, held: &[ResKey]) {
     watchers.retain_mut(|w| {
@@ -137,7 +147,7 @@ impl State {
             tx,
             backlog: Vec::new(),
         };
-        let mut stream = WatchStream {
+        let stream = WatchStream {
             id: Some(watcher.id),
             rx,
             target,
@@ -146,26 +156,22 @@ impl State {
             bookmark_interval: self.bookmark_interval,
         };
         if p.send_initial_events && self.streaming_lists == StreamingLists::Unservable {
-            let status = json!({
-                "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                "message": "a watch stream was requested by the client but the required storage feature RequestWatchProgress is disabled",
-                "reason": "InternalError", "code": 500,
-            });
-            let _ = watcher.tx.send(line("ERROR", &status));
-            stream.id = None;
-            return stream;
+            return ended(
+                stream,
+                &watcher,
+                ApiError::new(
+                    500,
+                    "InternalError",
+                    "a watch stream was requested by the client but the required storage feature RequestWatchProgress is disabled",
+                ),
+            );
         }
         match p.resource_version {
             Some(rv) if rv > 0 && !p.send_initial_events => {
                 if rv < self.compacted {
-                    let status = json!({
-                        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                        "message": format!("too old resource version: {rv} ({})", self.compacted + 1),
-                        "reason": "Expired", "code": 410,
-                    });
-                    let _ = watcher.tx.send(line("ERROR", &status));
-                    stream.id = None;
-                    return stream;
+                    let message =
+                        format!("too old resource version: {rv} ({})", self.compacted + 1);
+                    return ended(stream, &watcher, ApiError::new(410, "Expired", message));
                 }
                 for ev in self.log.iter().filter(|e| e.rv > rv) {
                     if let Some(bytes) = watcher.translate(ev) {
@@ -189,6 +195,14 @@ impl State {
         self.watchers.push(watcher);
         stream
     }
+}
+
+/// A watch that fails at once: its only event is the `ERROR` carrying `error`, and it is never
+/// registered.
+fn ended(mut stream: WatchStream, watcher: &Watcher, error: ApiError) -> WatchStream {
+    let _ = watcher.tx.send(line("ERROR", &error.to_status()));
+    stream.id = None;
+    stream
 }
 
 /// Unregisters the watch when its response body is dropped (client gone or stream over).
