@@ -43,14 +43,16 @@ use std::time::Duration;
 
 use browser_controller::api::crd::{self, Layout};
 use browser_controller::api::keys;
+use browser_controller::cached::{CachedPod, cached};
 use browser_controller::cli::LogFormat;
+use browser_controller::lifecycle::status::StatusBuilder;
 use browser_controller::{duration, logging, manifest, operator};
 use clap::Parser;
 use futures::{StreamExt, TryStreamExt};
-use kube::Client;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::ApiResource;
 use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
@@ -71,6 +73,9 @@ use under_test::{Launch, Operator};
 
 #[global_allocator]
 static ALLOCATOR: measure::CountingAllocator = measure::CountingAllocator;
+
+/// The kubelet simulator's node.
+const KUBELET_NODE: &str = "bench-node";
 
 /// Name of the operator runtime's threads.
 const OPERATOR_THREADS: &str = "operator";
@@ -95,6 +100,12 @@ struct Args {
     /// Browsers: the peak RSS of a restart varies from run to run.
     #[arg(long, value_delimiter = ',', default_value = "100,1000")]
     idle: Vec<u32>,
+    /// Write the --idle Browsers in their Running state (Browser with finalizer and labels,
+    /// its pod bound and running, the Browser's Running status) while the operator is stopped,
+    /// instead of having the operator provision them: a restart over tens of thousands of
+    /// Browsers measured in minutes.
+    #[arg(long)]
+    prefill: bool,
     /// How long the operator is watched idle at each --idle size.
     #[arg(long, default_value = "10s", value_parser = duration::parse)]
     idle_window: Duration,
@@ -198,6 +209,7 @@ struct Plan {
     rate: Option<f64>,
     idle: Vec<usize>,
     idle_window: Duration,
+    prefill: bool,
     step_delay: Duration,
     max_workers: Option<u16>,
     session_end: Option<Duration>,
@@ -223,6 +235,7 @@ impl From<&Args> for Plan {
             rate: args.rate,
             idle,
             idle_window: args.idle_window,
+            prefill: args.prefill,
             step_delay: args.step_delay,
             max_workers: args.max_workers,
             session_end: args.session_end,
@@ -693,6 +706,62 @@ impl Ctx<'_> {
         .await
     }
 
+    /// Writes the Browsers of `names` as the operator and the kubelet simulator leave them
+    /// Running: the Browser with the operator's finalizer and labels, its pod applied by the
+    /// operator's field manager, bound to the simulator's node and given its Running status,
+    /// and the Browser's Running status.
+    async fn prefill(&self, names: &[String]) -> Result<(), BenchError> {
+        let (browsers, pods) = (self.browsers(), self.pods());
+        let apply = PatchParams::apply(keys::FIELD_MANAGER).force();
+        fan_out(names.len(), self.plan.concurrency, None, |i| {
+            let (browsers, pods, apply) = (browsers.clone(), pods.clone(), apply.clone());
+            let browser = self.fixture.browser(&names[i]);
+            async move {
+                let browser = browser?;
+                let mut body = serde_json::to_value(&browser)?;
+                ideal::operated(&mut body, &browser);
+                let created = browsers
+                    .create(&PostParams::default(), &serde_json::from_value(body)?)
+                    .await
+                    .map_err(api_error("prefill: create Browser"))?;
+                let (name, uid) = (created.name_any(), created.uid().unwrap_or_default());
+                let mut pod = self.fixture.owned_pod(&name, &uid);
+                pod["spec"]["nodeName"] = json!(KUBELET_NODE);
+                pod["metadata"]["annotations"][support::kubelet::PREFILLED] = json!("true");
+                let pod = pods
+                    .patch(&name, &apply, &Patch::Apply(pod))
+                    .await
+                    .map_err(api_error("prefill: apply pod"))?;
+                let status = support::kubelet::running_pod_status(&pod.data);
+                let pod = pods
+                    .patch_status(
+                        &name,
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({"status": status})),
+                    )
+                    .await
+                    .map_err(api_error("prefill: pod status"))?;
+                // The status the operator derives from that pod as its cache holds it.
+                let pod: CachedPod = cached(&pod)?;
+                let status =
+                    StatusBuilder::new(&json!({}), jiff::Timestamp::now()).mirror(&pod.json()?);
+                let body = json!({
+                    "apiVersion": self.kinds.browser.api_version,
+                    "kind": self.kinds.browser.kind,
+                    "metadata": {"name": name, "uid": uid},
+                    "status": status,
+                });
+                browsers
+                    .patch_status(&name, &apply, &Patch::Apply(body))
+                    .await
+                    .map_err(api_error("prefill: Browser status"))?;
+                Ok(())
+            }
+        })
+        .await?;
+        Ok(())
+    }
+
     async fn delete_browsers(&self, names: &[String]) -> Result<(), BenchError> {
         let api = self.browsers();
         fan_out(names.len(), self.plan.concurrency, None, |i| {
@@ -883,7 +952,7 @@ async fn bench(
     let observer = Observer::start(&backend, &plan.namespace, &kinds).await?;
     let kubelet = Kubelet::start_with(
         backend.client()?,
-        "bench-node",
+        KUBELET_NODE,
         Script::Run,
         KubeletConfig {
             step_delay: plan.step_delay,
@@ -1282,12 +1351,18 @@ async fn idle(
     let mut existing = 0;
     for &size in &ctx.plan.idle {
         let more = names("idle-", existing..size);
-        ctx.create_browsers(&more, None).await?;
         let all = names("idle-", 0..size);
-        ctx.wait_running(&all, || op.check(), false).await?;
+        if ctx.plan.prefill {
+            op.stop().await?;
+            ctx.prefill(&more).await?;
+            ctx.wait_running(&all, || Ok(()), false).await?;
+        } else {
+            ctx.create_browsers(&more, None).await?;
+            ctx.wait_running(&all, || op.check(), false).await?;
+            settle(&mut op).await?;
+            op.stop().await?;
+        }
         existing = size;
-        settle(&mut op).await?;
-        op.stop().await?;
         // Let the stopped operator's tasks wind down and free what they held.
         tokio::time::sleep(Duration::from_millis(300)).await;
 
@@ -1348,8 +1423,12 @@ async fn idle(
             memory,
         });
     }
-    let all = names("idle-", 0..existing);
-    ctx.delete_browsers(&all).await?;
-    ctx.wait_gone("idle-", existing, || op.check()).await?;
+    // A control plane the benchmark started goes with them: deleting tens of thousands of
+    // Browsers would only make the run longer.
+    if ctx.server.is_none() {
+        let all = names("idle-", 0..existing);
+        ctx.delete_browsers(&all).await?;
+        ctx.wait_gone("idle-", existing, || op.check()).await?;
+    }
     Ok((results, op))
 }

@@ -1,9 +1,10 @@
 //! What the watch caches hold of Browsers and pods: the metadata, spec and status decisions
-//! read, as compact JSON text, with only what identifies the object (name, namespace, uid,
-//! resourceVersion) and the few fields that triggers and gauges read kept apart. A
-//! `serde_json::Value` tree, or a typed map of labels, costs several times its JSON text, and
-//! thousands of cached Browsers with their pods are most of the operator's memory; a reconcile
-//! turns the one Browser and pod it needs back into objects.
+//! read, as compact JSON text packed against the first text of its kind (`packed`), with only
+//! what identifies the object (name, namespace, uid, resourceVersion) and the few fields that
+//! triggers and gauges read kept apart. A `serde_json::Value` tree, or a typed map of labels,
+//! costs several times its JSON text, and thousands of cached Browsers with their pods are
+//! most of the operator's memory; a reconcile turns the one Browser and pod it needs back into
+//! objects.
 //!
 //! Pods are cut down while they are read off the wire to what decisions, the Browser status
 //! and the startup metrics read: container names and ports, the restart policies of init
@@ -23,6 +24,9 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Value, json};
 
 use crate::api::browser::{BrowserSpec, SpecField, StatusView};
+use packed::{Dictionary, Packed};
+
+mod packed;
 
 /// The metadata the operator reads, as it comes over the wire (everything else is skipped
 /// without being built).
@@ -84,19 +88,29 @@ impl Meta {
     }
 }
 
-/// The JSON text of the object's metadata, spec and status (those present).
-fn text(meta: &Meta, spec: &impl Serialize, status: &impl Serialize) -> Box<str> {
+/// The dictionaries cached Browsers and pods are packed against.
+static BROWSERS: Dictionary = Dictionary::new();
+static PODS: Dictionary = Dictionary::new();
+
+/// The JSON text of the object's metadata, spec and status (those present), packed.
+fn text(
+    meta: &Meta,
+    spec: &impl Serialize,
+    status: &impl Serialize,
+    dictionary: &Dictionary,
+) -> Packed {
     let mut object = json!({"metadata": meta, "spec": spec, "status": status});
     if let Some(fields) = object.as_object_mut() {
         fields.retain(|_, v| !v.is_null());
     }
-    object.to_string().into_boxed_str()
+    Packed::new(&object.to_string(), dictionary)
 }
 
 /// The object as decisions take it, from its text.
-fn object(text: &str, ar: &ApiResource) -> DynamicObject {
-    // Written by `text` from serializable values: it parses.
-    let mut object: DynamicObject = serde_json::from_str(text).unwrap_or_else(|_| DynamicObject {
+fn object(text: &Packed, dictionary: &Dictionary, ar: &ApiResource) -> DynamicObject {
+    // Packed by `text` from serializable values: it unpacks and parses.
+    let text = text.unpack(dictionary).unwrap_or_default();
+    let mut object: DynamicObject = serde_json::from_str(&text).unwrap_or_else(|_| DynamicObject {
         types: None,
         metadata: ObjectMeta::default(),
         data: json!({}),
@@ -172,8 +186,8 @@ macro_rules! dynamic_resource {
 pub struct CachedBrowser {
     /// Name, namespace, uid and resourceVersion only; the rest is in `text`.
     pub metadata: ObjectMeta,
-    /// `{"metadata": …, "spec": …, "status": …}`
-    text: Box<str>,
+    /// `{"metadata": …, "spec": …, "status": …}`, packed.
+    text: Packed,
     browser_name: Option<Box<str>>,
     browser_version: Option<Box<str>>,
     phase: Option<Box<str>>,
@@ -204,7 +218,7 @@ impl<'de> Deserialize<'de> for CachedBrowser {
                 .phase_as_written()
                 .map(Box::from),
             deleting: wire.metadata.deletion_timestamp.is_some(),
-            text: text(&wire.metadata, &wire.spec, &wire.status),
+            text: text(&wire.metadata, &wire.spec, &wire.status, &BROWSERS),
             metadata: wire.metadata.identity(),
         })
     }
@@ -214,7 +228,7 @@ impl CachedBrowser {
     /// A Browser known by its identity alone: one the client could not decode.
     pub fn identity_only(metadata: ObjectMeta) -> Self {
         CachedBrowser {
-            text: "{}".into(),
+            text: Packed::empty(),
             browser_name: None,
             browser_version: None,
             phase: None,
@@ -227,7 +241,7 @@ impl CachedBrowser {
 impl CachedBrowser {
     /// The Browser as decisions take it.
     pub fn to_object(&self, ar: &ApiResource) -> DynamicObject {
-        object(&self.text, ar)
+        object(&self.text, &BROWSERS, ar)
     }
 
     /// Whether the Browser is being deleted.
@@ -257,8 +271,8 @@ impl CachedBrowser {
 pub struct CachedPod {
     /// Name, namespace, uid and resourceVersion only; the rest is in `text`.
     pub metadata: ObjectMeta,
-    /// `{"metadata": …, "spec": …, "status": …}`, cut down.
-    text: Box<str>,
+    /// `{"metadata": …, "spec": …, "status": …}`, cut down and packed.
+    text: Packed,
 }
 
 dynamic_resource!(CachedPod);
@@ -360,7 +374,7 @@ impl<'de> Deserialize<'de> for CachedPod {
         }
         wire.metadata.keep_annotations(false);
         Ok(CachedPod {
-            text: text(&wire.metadata, &wire.spec, &wire.status),
+            text: text(&wire.metadata, &wire.spec, &wire.status, &PODS),
             metadata: wire.metadata.identity(),
         })
     }
@@ -369,12 +383,16 @@ impl<'de> Deserialize<'de> for CachedPod {
 impl CachedPod {
     /// The pod as decisions take it.
     pub fn to_object(&self, ar: &ApiResource) -> DynamicObject {
-        object(&self.text, ar)
+        object(&self.text, &PODS, ar)
     }
 
     /// What decisions read of the pod, as JSON.
     pub fn json(&self) -> Result<Value, serde_json::Error> {
-        serde_json::from_str(&self.text)
+        let text = self
+            .text
+            .unpack(&PODS)
+            .map_err(<serde_json::Error as serde::de::Error>::custom)?;
+        serde_json::from_str(&text)
     }
 
     /// The name of the Browser the pod belongs to: a Browser's pod has its name (its label

@@ -104,14 +104,8 @@ impl Writer {
         let permit = self.permits.acquire().await;
         let name = browser.metadata.name.clone().unwrap_or_default();
         let uid = browser.metadata.uid.clone().unwrap_or_default();
-        let spec = |f: &str| browser.data["spec"][f].clone();
         let mut metadata = self.header(&name, &uid);
-        metadata["metadata"]["labels"] = json!({
-            keys::LABEL_BROWSER: name,
-            keys::LABEL_BROWSER_NAME: spec("browserName"),
-            keys::LABEL_BROWSER_VERSION: spec("browserVersion"),
-        });
-        metadata["metadata"]["finalizers"] = json!([keys::FINALIZER]);
+        operated(&mut metadata, &browser);
         self.browsers
             .patch(&name, &apply(), &Patch::Apply(metadata))
             .await
@@ -191,6 +185,18 @@ impl Writer {
             .map_err(api_error("ideal client: apply Browser status"))?;
         Ok(())
     }
+}
+
+/// Adds to `object`'s metadata what the operator sets on `browser`: its finalizer and the
+/// three `selenosis.io/browser*` labels.
+pub fn operated(object: &mut Value, browser: &DynamicObject) {
+    let spec = |f: &str| browser.data["spec"][f].clone();
+    object["metadata"]["labels"] = json!({
+        keys::LABEL_BROWSER: browser.metadata.name,
+        keys::LABEL_BROWSER_NAME: spec("browserName"),
+        keys::LABEL_BROWSER_VERSION: spec("browserVersion"),
+    });
+    object["metadata"]["finalizers"] = json!([keys::FINALIZER]);
 }
 
 /// The uid of the Browser that owns `pod`.

@@ -4,7 +4,8 @@
 //! It watches the operator's pods, binds pending ones to its node and walks their status
 //! through a [`Script`] with merge patches on `pods/NAME/status`; when a pod gets a
 //! deletionTimestamp it confirms the deletion with `gracePeriodSeconds=0` like a kubelet whose
-//! containers stopped.
+//! containers stopped. Pods annotated [`PREFILLED`] are walked by their writer, not by it
+//! ([`running_pod_status`]); it only confirms their deletion.
 //!
 //! Every request is one a real API server accepts from a scheduler or kubelet: a Node created
 //! with its status (allowed on create); `pods/NAME/binding` with `metadata.name` = the pod and
@@ -21,6 +22,7 @@ use browser_controller::api::keys;
 
 use super::kinds::pod_resource;
 use futures::StreamExt;
+use kube::ResourceExt;
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams,
     PostParams, Preconditions,
@@ -28,6 +30,11 @@ use kube::api::{
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
 use tokio::task::{AbortHandle, JoinHandle, JoinSet};
+
+/// An annotation of pods whose writer binds them to this kubelet's node and gives them their
+/// running status itself (a benchmark's prefilled fleet): the kubelet leaves them as they are
+/// until they are deleted.
+pub const PREFILLED: &str = "testkit.selenosis.io/prefilled";
 
 /// What happens to a pod after it appears.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -298,6 +305,9 @@ fn on_pod(
             }
         }
     } else if entry.script.is_none() && !entry.deleting {
+        if pod.annotations().contains_key(PREFILLED) {
+            return;
+        }
         let walk = Walk {
             api,
             name: name.clone(),
@@ -406,6 +416,69 @@ fn condition(kind: &str, ok: bool) -> Value {
     json!({"type": kind, "status": if ok { "True" } else { "False" }, "lastProbeTime": null, "lastTransitionTime": now()})
 }
 
+/// Container statuses from one state per container (`state_of` returns state, ready,
+/// restartCount, lastState).
+fn statuses(
+    containers: &[(String, String)],
+    state_of: impl Fn(&str) -> (Value, bool, u32, Value),
+) -> Value {
+    let list: Vec<Value> = containers
+        .iter()
+        .enumerate()
+        .map(|(i, (name, image))| {
+            let (state, ready, restarts, last) = state_of(name);
+            let started = state.get("running").is_some();
+            json!({
+                "name": name,
+                "image": image,
+                "imageID": "",
+                "containerID": format!("containerd://{:064x}", i + 1),
+                "ready": ready,
+                "started": started,
+                "restartCount": restarts,
+                "state": state,
+                "lastState": last,
+            })
+        })
+        .collect();
+    Value::Array(list)
+}
+
+fn base(phase: &str, started: &str, conditions: Value, statuses: Value) -> Value {
+    json!({
+        "phase": phase,
+        "hostIP": "10.0.0.1",
+        "hostIPs": [{"ip": "10.0.0.1"}],
+        "startTime": started,
+        "conditions": conditions,
+        "containerStatuses": statuses,
+    })
+}
+
+fn running_status(containers: &[(String, String)], ip: &str, started: &str, ready: bool) -> Value {
+    let mut s = base(
+        "Running",
+        started,
+        json!([
+            condition("PodReadyToStartContainers", true),
+            condition("Initialized", true),
+            condition("Ready", ready),
+            condition("ContainersReady", ready),
+            condition("PodScheduled", true),
+        ]),
+        statuses(containers, |_| (running(started), true, 0, json!({}))),
+    );
+    s["podIP"] = json!(ip);
+    s["podIPs"] = json!([{"ip": ip}]);
+    s
+}
+
+/// The status this kubelet gives `pod` once it runs (with a pod IP of its own), for a pod its
+/// writer makes run itself ([`PREFILLED`]).
+pub fn running_pod_status(pod: &Value) -> Value {
+    running_status(&containers(pod), &next_pod_ip(), &now(), true)
+}
+
 /// One pod's walk through its script.
 struct Walk {
     api: Api<DynamicObject>,
@@ -435,30 +508,8 @@ impl Walk {
             .unwrap_or_default()
     }
 
-    /// Container statuses from one state per container (`state_of` returns state, ready,
-    /// restartCount, lastState).
     fn statuses(&self, state_of: impl Fn(&str) -> (Value, bool, u32, Value)) -> Value {
-        let list: Vec<Value> = self
-            .containers
-            .iter()
-            .enumerate()
-            .map(|(i, (name, image))| {
-                let (state, ready, restarts, last) = state_of(name);
-                let started = state.get("running").is_some();
-                json!({
-                    "name": name,
-                    "image": image,
-                    "imageID": "",
-                    "containerID": format!("containerd://{:064x}", i + 1),
-                    "ready": ready,
-                    "started": started,
-                    "restartCount": restarts,
-                    "state": state,
-                    "lastState": last,
-                })
-            })
-            .collect();
-        Value::Array(list)
+        statuses(&self.containers, state_of)
     }
 
     async fn status(&self, status: Value) -> bool {
@@ -501,14 +552,7 @@ impl Walk {
     }
 
     fn base(&self, phase: &str, started: &str, conditions: Value, statuses: Value) -> Value {
-        json!({
-            "phase": phase,
-            "hostIP": "10.0.0.1",
-            "hostIPs": [{"ip": "10.0.0.1"}],
-            "startTime": started,
-            "conditions": conditions,
-            "containerStatuses": statuses,
-        })
+        base(phase, started, conditions, statuses)
     }
 
     fn pending_conditions() -> Value {
@@ -522,21 +566,7 @@ impl Walk {
     }
 
     fn running_status(&self, started: &str, ready: bool) -> Value {
-        let mut s = self.base(
-            "Running",
-            started,
-            json!([
-                condition("PodReadyToStartContainers", true),
-                condition("Initialized", true),
-                condition("Ready", ready),
-                condition("ContainersReady", ready),
-                condition("PodScheduled", true),
-            ]),
-            self.statuses(|_| (running(started), true, 0, json!({}))),
-        );
-        s["podIP"] = json!(self.ip);
-        s["podIPs"] = json!([{"ip": self.ip}]);
-        s
+        running_status(&self.containers, &self.ip, started, ready)
     }
 
     async fn run(self, script: Script) {

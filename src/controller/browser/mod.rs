@@ -1,15 +1,18 @@
 //! The Browser controller of one scope: its watches, stores, triggers and concurrency, the
 //! kube-runtime pipeline that feeds one reconcile (`reconcile`) and runs its plans
-//! (`execute`); which Browser an event concerns (`triggers`) and read-your-writes
-//! (`fresher`).
+//! (`execute`); which Browser an event concerns (`triggers`), read-your-writes
+//! (`fresher`), the workers by lane (`workers`) and the reconcile of every Browser after a
+//! list (`bulk`).
 //!
 //! Per watched scope (all namespaces, or each `--namespace`) one Controller runs over:
 //! a Browser reflector (the trigger), a Pod reflector selected by the operator's label,
 //! and a BrowserConfig reflector whose readiness gates reconciles. `managedFields` are
 //! stripped before objects enter a store; pods are cut down to what decisions read.
-//! Every completed list (the first, and each relist after a watch expired or failed)
-//! reconciles every Browser of the scope once the list is in the cache.
+//! Every completed list (the first of all three caches, and each relist after a watch
+//! expired or failed) reconciles every Browser of the scope once the list is in the cache,
+//! each handed to the controller as reconciles end (`bulk`).
 
+mod bulk;
 mod execute;
 mod fresher;
 mod reconcile;
@@ -113,6 +116,8 @@ pub struct Scope {
     /// Refusals in a row of each Browser's writes (`rejection::after_refusal`). Apart from
     /// `failures`, which a relist clears: a refusal is counted until a reconcile succeeds.
     refusals: Mutex<HashMap<(String, String), u32>>,
+    /// Reconciles under way, which the reconcile of every Browser after a list waits on.
+    admission: Arc<bulk::Admission>,
 }
 
 impl Scope {
@@ -172,14 +177,18 @@ pub async fn run_scope(
     let fresher = Arc::new(Fresher::default());
     let failures = Arc::new(Mutex::new(HashMap::new()));
 
-    // Each completed list reconciles every Browser of the scope; retries that grew while the
-    // API was away start small again.
+    // Each completed list reconciles every Browser of the scope, once each of the three caches
+    // has listed; retries that grew while the API was away start small again.
     let (listed_tx, listed_rx) = futures::channel::mpsc::unbounded::<()>();
+    let lists = Arc::new(bulk::Lists::new(3));
     let listed = |failures: Arc<Mutex<HashMap<(String, String), u32>>>| {
-        let tx = listed_tx.clone();
+        let (tx, lists) = (listed_tx.clone(), lists.clone());
+        let mut first = true;
         move || {
             failures.lock().unwrap_or_else(|e| e.into_inner()).clear();
-            let _ = tx.unbounded_send(());
+            if lists.completed(std::mem::take(&mut first)) {
+                let _ = tx.unbounded_send(());
+            }
         }
     };
 
@@ -277,6 +286,14 @@ pub async fn run_scope(
     );
     let configs = watch::live_changes(configs, true);
 
+    // Room for a second reconcile per worker: workers never wait for the next Browser.
+    let admission = Arc::new(bulk::Admission::new(2 * shared.workers.total()));
+    let every_browser = bulk::every_browser(
+        listed_rx,
+        browser_reader.clone(),
+        cached.browser.clone(),
+        admission.clone(),
+    );
     let scope = Arc::new(Scope {
         shared: shared.clone(),
         browsers: browser_reader.clone(),
@@ -287,6 +304,7 @@ pub async fn run_scope(
         fresher,
         failures,
         refusals: Mutex::new(HashMap::new()),
+        admission,
     });
 
     let browser_ar = cached.browser.clone();
@@ -309,7 +327,7 @@ pub async fn run_scope(
             },
             kinds.browserconfig.clone(),
         )
-        .reconcile_all_on(listed_rx)
+        .reconcile_on(every_browser)
         // Every due reconcile starts at once and waits for a worker in the order it came
         // (`Shared::workers`): kube-runtime's own bound picks among waiting reconciles in no
         // particular order, which leaves some Browsers of a burst waiting far longer.

@@ -60,6 +60,7 @@ pub(super) async fn reconcile(
     let ns = browser.namespace().unwrap_or_default();
     let name = browser.name_any();
     drop(browser);
+    let _running = scope.admission.start(&(ns.clone(), name.clone()));
     let _guard = scope.shared.metrics.reconcile_started();
     // No decision before the stores are complete: no spurious ConfigNotFound at start-up.
     if !scope.configs_health.synced().await {

@@ -18,6 +18,7 @@ pub type Key = (String, String);
 
 /// A bounded number of workers, granted by lane.
 pub struct Workers {
+    total: usize,
     state: Mutex<State>,
     metrics: Arc<Metrics>,
 }
@@ -97,12 +98,18 @@ impl Drop for Waiting<'_> {
 impl Workers {
     pub fn new(workers: usize, metrics: Arc<Metrics>) -> Self {
         Self {
+            total: workers.max(1),
             state: Mutex::new(State {
                 free: workers.max(1),
                 ..State::default()
             }),
             metrics,
         }
+    }
+
+    /// `--max-workers`.
+    pub fn total(&self) -> usize {
+        self.total
     }
 
     /// Publishes how many wait in each lane, under the state's lock so that the gauges
