@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use crate::measure::{self, Cpu, Memory, ServerCpu};
 use crate::requests;
-use crate::targets::{self, Figures, Target};
+use crate::targets::{self, Figures, Restart, Target};
 use testkit::stats::Summary;
 
 pub struct Setup {
@@ -384,17 +384,18 @@ impl Report {
     pub fn targets(&self) -> Vec<Target> {
         let (op, ideal) = (&self.run.flow, &self.ideal.flow);
         let n = op.browsers;
-        // The largest size's worst restart.
-        let largest = self.idle.last().map(|i| i.browsers);
-        let restart_peak_rss = self
+        let restarts = self
             .idle
             .iter()
-            .filter(|i| Some(i.browsers) == largest)
             .filter_map(|i| match &i.memory {
-                IdleMemory::Process(m) => Some((i.browsers, m.peak)),
+                IdleMemory::Process(m) => Some(Restart {
+                    browsers: i.browsers,
+                    peak_rss: m.peak,
+                    ready: i.sync,
+                }),
                 IdleMemory::InProcess { .. } => None,
             })
-            .max_by_key(|&(_, peak)| peak);
+            .collect();
         targets::evaluate(&Figures {
             steady: self.run.rate.is_some(),
             throughput: (op.throughput_pods(), ideal.throughput_pods()),
@@ -408,7 +409,7 @@ impl Report {
             writes_per_session: per(self.cost.writes.total(), n),
             duplicates: self.duplicate_total(),
             events_per_session: per(self.cost.writes.events, n),
-            restart_peak_rss,
+            restarts,
         })
     }
 
