@@ -551,10 +551,6 @@ impl Walk {
         .await
     }
 
-    fn base(&self, phase: &str, started: &str, conditions: Value, statuses: Value) -> Value {
-        base(phase, started, conditions, statuses)
-    }
-
     fn pending_conditions() -> Value {
         json!([
             condition("PodReadyToStartContainers", false),
@@ -588,7 +584,12 @@ impl Walk {
         let started = now();
         let creating = self.statuses(|_| (waiting("ContainerCreating", ""), false, 0, json!({})));
         if !self
-            .status(self.base("Pending", &started, Self::pending_conditions(), creating))
+            .status(base(
+                "Pending",
+                &started,
+                Self::pending_conditions(),
+                creating,
+            ))
             .await
         {
             return;
@@ -596,7 +597,7 @@ impl Walk {
         self.pause().await;
         let browser = self.browser();
         let pending_with = |browser_state: Value, restarts: u32, last: Value| {
-            self.base(
+            base(
                 "Pending",
                 &started,
                 Self::pending_conditions(),
