@@ -1,13 +1,15 @@
 //! The ideal client: a stand-in for a perfect operator on the same API server. For each
 //! Browser of its name prefix it makes exactly the writes of the normal path and nothing else —
 //! the metadata apply (finalizer and labels), the pod apply (owned by the Browser), the status
-//! `Pending`, and once the pod runs with an IP, the status `Running` with `podIP` and
-//! `startTime` — driven by its own watches of Browsers and pods. At most `concurrency`
+//! `Pending`, and once the pod runs with an IP, the status `Running` — driven by its own
+//! watches of Browsers and pods. Each status is the one the operator derives from the pod
+//! (`StatusBuilder`: `podIP`, `startTime`, `containerStatuses`, the `Ready` condition), so that
+//! both make the same writes and what differs between them is when they make them. At most `concurrency`
 //! Browsers are being provisioned at once; a `Running` write goes out as soon as the pod is
 //! seen running, without waiting behind creations, so that its latency is a bound for any
 //! client of this server. Under mixed load it also ends sessions as the operator does, each
 //! write as soon as the event that calls for it arrives: when a container of the running pod
-//! terminated, the status `Failed` (reason `ContainerTerminated`), the pod's graceful delete
+//! terminated, the status `Failed` (its reason and message), the pod's graceful delete
 //! and the Browser's delete; when the pod is gone, the finalizer's release. Nothing is
 //! retried: a failed write fails the phase.
 
@@ -16,6 +18,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use browser_controller::api::keys;
+use browser_controller::lifecycle::status::{self, StatusBuilder};
 use futures::{FutureExt, StreamExt};
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::core::ApiResource;
@@ -62,8 +65,9 @@ enum Progress {
     /// when the pod was seen running meanwhile.
     Creating {
         running: Option<Value>,
-        /// The session ended meanwhile: its end follows the creation's writes.
-        ended: bool,
+        /// The session ended meanwhile (its `Failed` status): its end follows the creation's
+        /// writes.
+        ended: Option<Value>,
     },
     Pending,
     Running,
@@ -115,31 +119,34 @@ impl Writer {
             .patch(&name, &apply(), &Patch::Apply(pod))
             .await
             .map_err(api_error("ideal client: apply pod"))?;
-        self.status(&name, &uid, json!({"phase": "Pending"}))
-            .await?;
+        let pending = StatusBuilder::new(&json!({}), jiff::Timestamp::now()).created();
+        self.status(&name, &uid, pending.to_value()).await?;
         let (running, ended) = {
             let mut progress = self.progress();
             match progress.insert(name.clone(), Progress::Pending) {
-                Some(Progress::Creating { ended: true, .. }) => {
+                Some(Progress::Creating {
+                    ended: Some(failed),
+                    ..
+                }) => {
                     progress.insert(name.clone(), Progress::Ending);
-                    (None, true)
+                    (None, Some(failed))
                 }
                 Some(Progress::Creating {
                     running: Some(status),
                     ..
                 }) => {
                     progress.insert(name.clone(), Progress::Running);
-                    (Some(status), false)
+                    (Some(status), None)
                 }
-                _ => (None, false),
+                _ => (None, None),
             }
         };
         if let Some(status) = running {
             self.status(&name, &uid, status).await?;
         }
-        if ended {
+        if let Some(failed) = ended {
             drop(permit);
-            self.end(name, uid).await?;
+            self.end(name, uid, failed).await?;
         }
         Ok(())
     }
@@ -149,8 +156,7 @@ impl Writer {
     }
 
     /// The session's end: status `Failed`, the pod's graceful delete, the Browser's delete.
-    async fn end(&self, name: String, uid: String) -> Result<(), BenchError> {
-        let failed = json!({"phase": "Failed", "reason": "ContainerTerminated"});
+    async fn end(&self, name: String, uid: String, failed: Value) -> Result<(), BenchError> {
         self.status(&name, &uid, failed).await?;
         tolerate(
             self.pods.delete(&name, &DeleteParams::default()).await,
@@ -218,19 +224,29 @@ fn ended(pod: &DynamicObject) -> bool {
         .is_some_and(|cs| cs.iter().any(|c| c["state"]["terminated"].is_object()))
 }
 
-/// The `Running` status for a pod that runs with an IP, and the uid of its Browser.
+/// The `Running` status the operator derives from a pod that runs with an IP, and the uid of
+/// its Browser.
 fn running_status(pod: &DynamicObject) -> Option<(String, Value)> {
     let status = &pod.data["status"];
-    let ip = status["podIP"].as_str().filter(|ip| !ip.is_empty())?;
-    if status["phase"] != "Running" || ended(pod) {
+    let has_ip = status["podIP"].as_str().is_some_and(|ip| !ip.is_empty());
+    if !has_ip || status["phase"] != "Running" || ended(pod) {
         return None;
     }
     let owner = owner_uid(pod)?;
-    let mut running = json!({"phase": "Running", "podIP": ip});
-    if let Some(start) = status.get("startTime").filter(|s| !s.is_null()) {
-        running["startTime"] = start.clone();
-    }
-    Some((owner, running))
+    let pod = serde_json::to_value(pod).ok()?;
+    let running = StatusBuilder::new(&json!({}), jiff::Timestamp::now()).mirror(&pod);
+    Some((owner, running.to_value()))
+}
+
+/// The `Failed` status the operator derives from a running pod whose browser or sidecar
+/// terminated, and the uid of its Browser.
+fn failed_status(pod: &DynamicObject) -> Option<(String, Value)> {
+    let owner = owner_uid(pod)?;
+    let pod = serde_json::to_value(pod).ok()?;
+    let failure = status::critical_termination(&pod)?;
+    let failed =
+        StatusBuilder::new(&json!({}), jiff::Timestamp::now()).failed(Some(&pod), &failure);
+    Some((owner, failed.to_value()))
 }
 
 impl IdealClient {
@@ -356,7 +372,7 @@ async fn run(
                         if progress.contains_key(&name) {
                             continue;
                         }
-                        progress.insert(name, Progress::Creating { running: None, ended: false });
+                        progress.insert(name, Progress::Creating { running: None, ended: None });
                         let writer = writer.clone();
                         writes.spawn(async move { writer.create(browser).await });
                     }
@@ -368,14 +384,16 @@ async fn run(
                         }
                     }
                     Seen::Pod(pod) if ended(&pod) => {
-                        let Some(uid) = owner_uid(&pod) else { continue };
+                        let Some((uid, failed)) = failed_status(&pod) else { continue };
                         let mut progress = writer.progress();
                         match progress.get_mut(&name) {
-                            Some(Progress::Creating { ended, .. }) => *ended = true,
+                            Some(Progress::Creating { ended, .. }) => {
+                                ended.get_or_insert(failed);
+                            }
                             Some(p @ (Progress::Pending | Progress::Running)) => {
                                 *p = Progress::Ending;
                                 let writer = writer.clone();
-                                writes.spawn(async move { writer.end(name, uid).await });
+                                writes.spawn(async move { writer.end(name, uid, failed).await });
                             }
                             _ => {}
                         }
