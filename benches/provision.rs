@@ -121,6 +121,11 @@ struct Args {
     #[arg(long, value_name = "DURATION", num_args = 0..=1, default_missing_value = "1.5s",
           value_parser = duration::parse)]
     session_end: Option<Duration>,
+    /// Run the operator before the ideal client (default: after it), to see whether the order
+    /// of the phases favours either: each phase leaves the server with the objects the last one
+    /// created and deleted.
+    #[arg(long)]
+    operator_first: bool,
     /// Write the results as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -213,6 +218,7 @@ struct Plan {
     step_delay: Duration,
     max_workers: Option<u16>,
     session_end: Option<Duration>,
+    operator_first: bool,
     namespace: String,
     kubeconfig: Option<PathBuf>,
     operator_binary: Option<PathBuf>,
@@ -239,6 +245,7 @@ impl From<&Args> for Plan {
             step_delay: args.step_delay,
             max_workers: args.max_workers,
             session_end: args.session_end,
+            operator_first: args.operator_first,
             namespace: args.namespace.clone(),
             kubeconfig: args.kubeconfig.clone(),
             operator_binary: args.operator_binary.clone(),
@@ -982,17 +989,29 @@ async fn bench(
         step_delay: plan.step_delay,
         max_workers: plan.max_workers,
         session_end: plan.session_end,
+        operator_first: plan.operator_first,
         threads,
         smoke: plan.smoke,
     };
 
     warm_up(&ctx).await?;
     let baseline = baseline(&ctx).await?;
-    let ideal = ideal(&ctx, &backend, &operator_rt).await?;
-
-    let mut op = Operator::start(&launch, &ctx.operator_flags()).await?;
-    create_config(&ctx, &mut op).await?;
-    let (run, cost) = provision(&ctx, &mut op).await?;
+    let (ideal, (run, cost), op) = if plan.operator_first {
+        let mut op = Operator::start(&launch, &ctx.operator_flags()).await?;
+        create_config(&ctx, &mut op).await?;
+        let operator_run = provision(&ctx, &mut op).await?;
+        // Stopped while the ideal client works: it would take the ideal client's Browsers.
+        op.stop().await?;
+        let ideal = ideal(&ctx, &backend, &operator_rt).await?;
+        let op = Operator::start(&launch, &ctx.operator_flags()).await?;
+        (ideal, operator_run, op)
+    } else {
+        let ideal = ideal(&ctx, &backend, &operator_rt).await?;
+        let mut op = Operator::start(&launch, &ctx.operator_flags()).await?;
+        create_config(&ctx, &mut op).await?;
+        let operator_run = provision(&ctx, &mut op).await?;
+        (ideal, operator_run, op)
+    };
     let (idle, op) = idle(&ctx, &launch, op).await?;
     op.stop().await?;
     let configs: Api<DynamicObject> =

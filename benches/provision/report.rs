@@ -22,6 +22,8 @@ pub struct Setup {
     pub max_workers: Option<u16>,
     /// Mixed load: the operator run's sessions end this long after their pod runs.
     pub session_end: Option<Duration>,
+    /// The operator ran before the ideal client.
+    pub operator_first: bool,
     /// Worker threads of each runtime (operator, benchmark).
     pub threads: usize,
     pub smoke: bool,
@@ -449,6 +451,9 @@ impl Report {
             "  load          {n} Browsers (and bare pods), client concurrency {}, {rate}; operator --max-workers {workers}; {} worker threads for each runtime",
             s.concurrency, s.threads
         );
+        if s.operator_first {
+            let _ = writeln!(out, "  order         bare pods, operator, ideal client");
+        }
         if let Some(end) = s.session_end {
             let _ = writeln!(
                 out,
@@ -927,6 +932,7 @@ impl Report {
                 "kubelet_step_delay_ms": ms(s.step_delay),
                 "operator_max_workers": s.max_workers,
                 "session_end_ms": s.session_end.map(ms),
+                "operator_first": s.operator_first,
                 "worker_threads": s.threads,
                 "smoke": s.smoke,
             },
