@@ -996,21 +996,25 @@ async fn bench(
 
     warm_up(&ctx).await?;
     let baseline = baseline(&ctx).await?;
-    let (ideal, (run, cost), op) = if plan.operator_first {
-        let mut op = Operator::start(&launch, &ctx.operator_flags()).await?;
-        create_config(&ctx, &mut op).await?;
-        let operator_run = provision(&ctx, &mut op).await?;
-        // Stopped while the ideal client works: it would take the ideal client's Browsers.
-        op.stop().await?;
-        let ideal = ideal(&ctx, &backend, &operator_rt).await?;
-        let op = Operator::start(&launch, &ctx.operator_flags()).await?;
-        (ideal, operator_run, op)
+    let ideal_first = if plan.operator_first {
+        None
     } else {
-        let ideal = ideal(&ctx, &backend, &operator_rt).await?;
-        let mut op = Operator::start(&launch, &ctx.operator_flags()).await?;
-        create_config(&ctx, &mut op).await?;
-        let operator_run = provision(&ctx, &mut op).await?;
-        (ideal, operator_run, op)
+        Some(ideal(&ctx, &backend, &operator_rt).await?)
+    };
+    let mut op = Operator::start(&launch, &ctx.operator_flags()).await?;
+    create_config(&ctx, &mut op).await?;
+    let (run, cost) = provision(&ctx, &mut op).await?;
+    let (ideal, op) = match ideal_first {
+        Some(ideal) => (ideal, op),
+        None => {
+            // Stopped while the ideal client works: it would take the ideal client's Browsers.
+            op.stop().await?;
+            let ideal = ideal(&ctx, &backend, &operator_rt).await?;
+            (
+                ideal,
+                Operator::start(&launch, &ctx.operator_flags()).await?,
+            )
+        }
     };
     let (idle, op) = idle(&ctx, &launch, op).await?;
     op.stop().await?;

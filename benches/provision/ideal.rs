@@ -8,8 +8,8 @@
 //! Browsers are being provisioned at once; a `Running` write goes out as soon as the pod is
 //! seen running, without waiting behind creations, so that its latency is a bound for any
 //! client of this server. Under mixed load it also ends sessions as the operator does, each
-//! write as soon as the event that calls for it arrives: when a container of the running pod
-//! terminated, the status `Failed` (its reason and message), the pod's graceful delete
+//! write as soon as the event that calls for it arrives: when the browser or the sidecar of the
+//! running pod terminated, the status `Failed` (its reason and message), the pod's graceful delete
 //! and the Browser's delete; when the pod is gone, the finalizer's release. Nothing is
 //! retried: a failed write fails the phase.
 
@@ -17,6 +17,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use browser_controller::api::browser::Phase;
 use browser_controller::api::keys;
 use browser_controller::lifecycle::status::{self, StatusBuilder};
 use futures::{FutureExt, StreamExt};
@@ -216,37 +217,27 @@ fn owner_uid(pod: &DynamicObject) -> Option<String> {
     Some(owner.uid.clone())
 }
 
-/// Whether a container of the running pod terminated: the session is over.
-fn ended(pod: &DynamicObject) -> bool {
-    let status = &pod.data["status"];
-    status["containerStatuses"]
-        .as_array()
-        .is_some_and(|cs| cs.iter().any(|c| c["state"]["terminated"].is_object()))
+/// What a pod's event calls for, with the status the operator derives from the pod.
+enum PodSeen {
+    /// The browser or the sidecar terminated: the session is over (its `Failed` status).
+    Ended(Value),
+    /// The pod runs with an IP (its `Running` status).
+    Running(Value),
 }
 
-/// The `Running` status the operator derives from a pod that runs with an IP, and the uid of
-/// its Browser.
-fn running_status(pod: &DynamicObject) -> Option<(String, Value)> {
-    let status = &pod.data["status"];
-    let has_ip = status["podIP"].as_str().is_some_and(|ip| !ip.is_empty());
-    if !has_ip || status["phase"] != "Running" || ended(pod) {
-        return None;
+/// What `pod` calls for, and the uid of its Browser; `None` while it is on its way.
+fn pod_seen(pod: &DynamicObject) -> Option<(String, PodSeen)> {
+    let owner = owner_uid(pod)?;
+    let pod = serde_json::to_value(pod).ok()?;
+    // No current status: the ideal client writes each status as a transition.
+    let current = json!({});
+    let builder = StatusBuilder::new(&current, jiff::Timestamp::now());
+    if let Some(failure) = status::critical_termination(&pod) {
+        let failed = builder.failed(Some(&pod), &failure);
+        return Some((owner, PodSeen::Ended(failed.to_value())));
     }
-    let owner = owner_uid(pod)?;
-    let pod = serde_json::to_value(pod).ok()?;
-    let running = StatusBuilder::new(&json!({}), jiff::Timestamp::now()).mirror(&pod);
-    Some((owner, running.to_value()))
-}
-
-/// The `Failed` status the operator derives from a running pod whose browser or sidecar
-/// terminated, and the uid of its Browser.
-fn failed_status(pod: &DynamicObject) -> Option<(String, Value)> {
-    let owner = owner_uid(pod)?;
-    let pod = serde_json::to_value(pod).ok()?;
-    let failure = status::critical_termination(&pod)?;
-    let failed =
-        StatusBuilder::new(&json!({}), jiff::Timestamp::now()).failed(Some(&pod), &failure);
-    Some((owner, failed.to_value()))
+    let runs = status::pod_phase(&pod) == Phase::Running && status::pod_ip(&pod).is_some();
+    runs.then(|| (owner, PodSeen::Running(builder.mirror(&pod).to_value())))
 }
 
 impl IdealClient {
@@ -383,29 +374,25 @@ async fn run(
                             writes.spawn(async move { writer.release(pod_name(&pod)).await });
                         }
                     }
-                    Seen::Pod(pod) if ended(&pod) => {
-                        let Some((uid, failed)) = failed_status(&pod) else { continue };
+                    Seen::Pod(pod) => {
+                        let Some((uid, seen)) = pod_seen(&pod) else { continue };
                         let mut progress = writer.progress();
-                        match progress.get_mut(&name) {
-                            Some(Progress::Creating { ended, .. }) => {
+                        match (seen, progress.get_mut(&name)) {
+                            (PodSeen::Ended(failed), Some(Progress::Creating { ended, .. })) => {
                                 ended.get_or_insert(failed);
                             }
-                            Some(p @ (Progress::Pending | Progress::Running)) => {
+                            (
+                                PodSeen::Ended(failed),
+                                Some(p @ (Progress::Pending | Progress::Running)),
+                            ) => {
                                 *p = Progress::Ending;
                                 let writer = writer.clone();
                                 writes.spawn(async move { writer.end(name, uid, failed).await });
                             }
-                            _ => {}
-                        }
-                    }
-                    Seen::Pod(pod) => {
-                        let Some((uid, status)) = running_status(&pod) else { continue };
-                        let mut progress = writer.progress();
-                        match progress.get_mut(&name) {
-                            Some(Progress::Creating { running, .. }) => {
+                            (PodSeen::Running(status), Some(Progress::Creating { running, .. })) => {
                                 running.get_or_insert(status);
                             }
-                            Some(p @ Progress::Pending) => {
+                            (PodSeen::Running(status), Some(p @ Progress::Pending)) => {
                                 *p = Progress::Running;
                                 let writer = writer.clone();
                                 writes.spawn(async move { writer.running(name, uid, status).await });
