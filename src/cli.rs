@@ -277,8 +277,8 @@ pub struct RunArgs {
     pub failed_browser_retention: Duration,
 
     // Each reconcile makes its writes in sequence: a burst keeps the API server busy only with
-    // many at once (on a real server, 128 instead of 32 cut a burst's p99 latency by a third
-    // to two thirds, see docs/performance.md).
+    // many at once; creations get at most a quarter, cleanups an eighth (workers.rs), so that
+    // the server is not flooded with them while statuses wait (docs/performance.md).
     /// Browsers reconciled at the same time.
     #[arg(long, env = "MAX_WORKERS", default_value_t = 128, value_parser = clap::value_parser!(u16).range(1..))]
     pub max_workers: u16,

@@ -4,6 +4,12 @@
 //! weight. A waiting reconcile's lane is judged again when its pod changes
 //! ([`Workers::rejudge`]), so the grant goes by what the Browser needs now, not by what it
 //! needed when it started waiting.
+//!
+//! Creations hold at most a quarter of the workers and cleanups an eighth: the API server works
+//! on every write at once, so a status write sent behind a hundred creations waits for all of
+//! them, and a server short of CPU closes the watches it cannot feed; the fewer cleanups leave
+//! the server to creations while sessions end. The rest of the workers stay for statuses, which
+//! therefore rarely wait for one.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -19,6 +25,8 @@ pub type Key = (String, String);
 /// A bounded number of workers, granted by lane.
 pub struct Workers {
     total: usize,
+    /// Workers each lane may hold at once (`Lane::index`).
+    caps: [usize; 3],
     state: Mutex<State>,
     metrics: Arc<Metrics>,
 }
@@ -26,6 +34,11 @@ pub struct Workers {
 #[derive(Default)]
 struct State {
     free: usize,
+    /// Workers held, by lane.
+    held: [usize; 3],
+    /// Workers taken while the pool was far from any cap, without judging the lane; each
+    /// counts against every capped lane until given back.
+    unjudged: usize,
     turns: Turns,
     /// Arrivals so far: a waiter's place in its lane, kept when it moves to another lane.
     arrivals: u64,
@@ -37,7 +50,8 @@ struct State {
 
 struct Waiter {
     key: Key,
-    grant: oneshot::Sender<()>,
+    /// Sends the lane the worker is counted in.
+    grant: oneshot::Sender<Lane>,
 }
 
 impl State {
@@ -56,16 +70,29 @@ impl State {
         }
         Some(waiter)
     }
+
+    /// Whether a worker of `lane` may be taken now.
+    fn fits(&self, caps: &[usize; 3], lane: Lane) -> bool {
+        let i = lane.index();
+        self.free > 0 && self.unjudged + self.held[i] < caps[i]
+    }
+
+    /// Whether a worker may be taken without judging its lane: it fits every lane.
+    fn fits_any(&self, caps: &[usize; 3]) -> bool {
+        self.lanes.iter().all(BTreeMap::is_empty) && Lane::ALL.iter().all(|&l| self.fits(caps, l))
+    }
 }
 
 /// A worker, given back when dropped.
 pub struct Permit<'a> {
     workers: &'a Workers,
+    /// `None`: taken without judging the lane.
+    lane: Option<Lane>,
 }
 
 impl Drop for Permit<'_> {
     fn drop(&mut self) {
-        self.workers.release();
+        self.workers.release(self.lane);
     }
 }
 
@@ -73,7 +100,7 @@ impl Drop for Permit<'_> {
 /// after, the worker it was granted goes to the next.
 struct Waiting<'a> {
     arrival: u64,
-    grant: Option<oneshot::Receiver<()>>,
+    grant: Option<oneshot::Receiver<Lane>>,
     workers: &'a Workers,
 }
 
@@ -89,18 +116,20 @@ impl Drop for Waiting<'_> {
         }
         drop(state);
         grant.close();
-        if grant.try_recv().is_ok() {
-            self.workers.release();
+        if let Ok(lane) = grant.try_recv() {
+            self.workers.release(Some(lane));
         }
     }
 }
 
 impl Workers {
     pub fn new(workers: usize, metrics: Arc<Metrics>) -> Self {
+        let total = workers.max(1);
         Self {
-            total: workers.max(1),
+            total,
+            caps: [total, (total / 4).max(1), (total / 8).max(1)],
             state: Mutex::new(State {
-                free: workers.max(1),
+                free: total,
                 ..State::default()
             }),
             metrics,
@@ -124,26 +153,31 @@ impl Workers {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A free worker when nobody waits for one.
-    fn take_free(&self, state: &mut State) -> Option<Permit<'_>> {
-        if state.free > 0 && state.lanes.iter().all(BTreeMap::is_empty) {
-            state.free -= 1;
-            return Some(Permit { workers: self });
-        }
-        None
-    }
-
     /// Waits for a worker for the reconcile of `key`, in the lane `lane` says; `lane` runs
-    /// only when the reconcile must wait, outside the lock.
+    /// only when the pool is busy enough for the lane to matter, outside the lock.
     pub async fn acquire(&self, key: Key, lane: impl FnOnce() -> Lane) -> Permit<'_> {
-        if let Some(permit) = self.take_free(&mut self.state()) {
-            return permit;
+        {
+            let mut state = self.state();
+            if state.fits_any(&self.caps) {
+                state.free -= 1;
+                state.unjudged += 1;
+                return Permit {
+                    workers: self,
+                    lane: None,
+                };
+            }
         }
         let lane = lane();
         let grant = {
             let mut state = self.state();
-            if let Some(permit) = self.take_free(&mut state) {
-                return permit;
+            // Nobody that fits waits: `dispatch` grants every waiter that fits at once.
+            if state.fits(&self.caps, lane) && state.lanes[lane.index()].is_empty() {
+                state.free -= 1;
+                state.held[lane.index()] += 1;
+                return Permit {
+                    workers: self,
+                    lane: Some(lane),
+                };
             }
             let (grant, granted) = oneshot::channel();
             let arrival = state.arrivals;
@@ -161,12 +195,19 @@ impl Workers {
             grant: Some(grant),
             workers: self,
         };
+        let mut granted = lane;
         if let Some(grant) = waiting.grant.as_mut() {
-            // The sender lives in `self`, which outlives this wait: only a grant ends it.
-            let _ = grant.await;
+            // The sender lives in `self`, which outlives this wait, and leaves it only as a
+            // grant: the wait ends with one.
+            if let Ok(lane) = grant.await {
+                granted = lane;
+            }
         }
         waiting.grant = None;
-        Permit { workers: self }
+        Permit {
+            workers: self,
+            lane: Some(granted),
+        }
     }
 
     /// Whether the reconcile of `key` waits for a worker (then [`Workers::rejudge`] is worth
@@ -187,21 +228,34 @@ impl Workers {
         if let Some(waiter) = state.lanes[was.index()].remove(&arrival) {
             state.lanes[lane.index()].insert(arrival, waiter);
             state.places.insert(key.clone(), (lane, arrival));
+            // Its new lane may have room where the old one had none.
+            self.dispatch(&mut state);
             self.count(&state);
         }
     }
 
-    /// A worker is free: the next waiting reconcile gets it, or it is kept.
-    fn release(&self) {
+    /// A worker of `lane` is given back.
+    fn release(&self, lane: Option<Lane>) {
         let mut state = self.state();
+        let held = match lane {
+            Some(lane) => &mut state.held[lane.index()],
+            None => &mut state.unjudged,
+        };
+        *held = held.saturating_sub(1);
+        state.free += 1;
+        self.dispatch(&mut state);
+        self.count(&state);
+    }
+
+    /// Grants free workers to waiting reconciles whose lane has room, lanes by turn.
+    fn dispatch(&self, state: &mut State) {
         loop {
-            let waiting = Lane::ALL.map(|lane| !state.lanes[lane.index()].is_empty());
-            let Some(lane) = state.turns.next(waiting) else {
-                state.free += 1;
+            let open = Lane::ALL
+                .map(|lane| !state.lanes[lane.index()].is_empty() && state.fits(&self.caps, lane));
+            let Some(lane) = state.turns.next(open) else {
                 return;
             };
             let Some((arrival, waiter)) = state.lanes[lane.index()].pop_first() else {
-                state.free += 1;
                 return;
             };
             if state
@@ -211,10 +265,10 @@ impl Workers {
             {
                 state.places.remove(&waiter.key);
             }
-            self.count(&state);
             // A waiter that gave up is skipped.
-            if waiter.grant.send(()).is_ok() {
-                return;
+            if waiter.grant.send(lane).is_ok() {
+                state.free -= 1;
+                state.held[lane.index()] += 1;
             }
         }
     }
@@ -316,6 +370,83 @@ mod tests {
             served(&queue, |_| {}).await,
             ["busy", "status", "create-1", "create-2", "cleanup"]
         );
+    }
+
+    #[tokio::test]
+    async fn creations_hold_a_quarter_of_the_workers_cleanups_an_eighth_statuses_the_rest() {
+        let workers = Arc::new(Workers::new(8, Arc::default()));
+        let order = Order::default();
+        let mut running = Vec::new();
+        let runs = |n: usize| {
+            let order = order.clone();
+            move || order.lock().unwrap().len() == n
+        };
+        // Two creations: the first takes a worker without judging its lane, far from any cap;
+        // the second is judged, as the first counts against the cleanups' one worker.
+        for name in ["create-1", "create-2"] {
+            running.push(start(&workers, Lane::Create, name, &order));
+        }
+        until("two creations run", runs(2)).await;
+        // A third creation waits with six workers free, and so does a cleanup: the unjudged
+        // first counts against its lane too.
+        let create_3 = start(&workers, Lane::Create, "create-3", &order);
+        until("a creation waits", || workers.waiting() == [0, 1, 0]).await;
+        let cleanup = start(&workers, Lane::Cleanup, "cleanup", &order);
+        until("a cleanup waits", || workers.waiting() == [0, 1, 1]).await;
+        // Statuses take the six others at once.
+        for (i, name) in ["s-1", "s-2", "s-3", "s-4", "s-5", "s-6"]
+            .into_iter()
+            .enumerate()
+        {
+            running.push(start(&workers, Lane::Status, name, &order));
+            until("a status runs", runs(3 + i)).await;
+        }
+        assert_eq!(workers.waiting(), [0, 1, 1]);
+        // The first creation ends: its worker goes to the waiting creation, none is left for
+        // the cleanup, whose lane now has room.
+        let (task, stop) = running.remove(0);
+        let _ = stop.send(());
+        task.await.unwrap();
+        until("the third creation runs", runs(9)).await;
+        assert_eq!(workers.waiting(), [0, 0, 1]);
+        // A status ends: its worker goes to the cleanup.
+        let (task, stop) = running.remove(1);
+        let _ = stop.send(());
+        task.await.unwrap();
+        until("the cleanup runs", runs(10)).await;
+        assert_eq!(
+            *order.lock().unwrap(),
+            [
+                "create-1", "create-2", "s-1", "s-2", "s-3", "s-4", "s-5", "s-6", "create-3",
+                "cleanup"
+            ]
+        );
+        for (task, stop) in running.into_iter().chain([create_3, cleanup]) {
+            let _ = stop.send(());
+            task.await.unwrap();
+        }
+        assert_eq!(workers.state().free, 8);
+    }
+
+    #[tokio::test]
+    async fn a_creation_waiting_for_room_in_its_lane_runs_once_its_pod_runs() {
+        let workers = Arc::new(Workers::new(4, Arc::default()));
+        let order = Order::default();
+        let first = start(&workers, Lane::Create, "create-1", &order);
+        until("the first runs", || order.lock().unwrap().len() == 1).await;
+        let second = start(&workers, Lane::Create, "pod-runs", &order);
+        until("the second waits", || workers.waiting() == [0, 1, 0]).await;
+        workers.rejudge(&key("pod-runs"), Lane::Status);
+        until("it runs beside the first", || {
+            order.lock().unwrap().len() == 2
+        })
+        .await;
+        assert_eq!(workers.waiting(), [0, 0, 0]);
+        for (task, stop) in [first, second] {
+            let _ = stop.send(());
+            task.await.unwrap();
+        }
+        assert_eq!(workers.state().free, 4);
     }
 
     #[tokio::test]
