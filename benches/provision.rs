@@ -126,6 +126,12 @@ struct Args {
     /// created and deleted.
     #[arg(long)]
     operator_first: bool,
+    /// Skip the unmeasured phase of the ideal client over as many Browsers that runs before
+    /// the measured ones. Without it the first measured burst of Browsers is the server's
+    /// first, which is slower than the next whichever client makes it, and the order of the
+    /// phases favours the client run second.
+    #[arg(long = "no-warm-phase", action = clap::ArgAction::SetFalse)]
+    warm_phase: bool,
     /// Write the results as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -219,6 +225,7 @@ struct Plan {
     max_workers: Option<u16>,
     session_end: Option<Duration>,
     operator_first: bool,
+    warm_phase: bool,
     namespace: String,
     kubeconfig: Option<PathBuf>,
     operator_binary: Option<PathBuf>,
@@ -246,6 +253,7 @@ impl From<&Args> for Plan {
             max_workers: args.max_workers,
             session_end: args.session_end,
             operator_first: args.operator_first,
+            warm_phase: args.warm_phase,
             namespace: args.namespace.clone(),
             kubeconfig: args.kubeconfig.clone(),
             operator_binary: args.operator_binary.clone(),
@@ -990,16 +998,20 @@ async fn bench(
         max_workers: plan.max_workers,
         session_end: plan.session_end,
         operator_first: plan.operator_first,
+        warm_phase: plan.warm_phase,
         threads,
         smoke: plan.smoke,
     };
 
     warm_up(&ctx).await?;
     let baseline = baseline(&ctx).await?;
+    if plan.warm_phase {
+        ideal(&ctx, &backend, &operator_rt, "warm-").await?;
+    }
     let ideal_first = if plan.operator_first {
         None
     } else {
-        Some(ideal(&ctx, &backend, &operator_rt).await?)
+        Some(ideal(&ctx, &backend, &operator_rt, IDEAL).await?)
     };
     let mut op = Operator::start(&launch, &ctx.operator_flags()).await?;
     create_config(&ctx, &mut op).await?;
@@ -1009,7 +1021,7 @@ async fn bench(
         None => {
             // Stopped while the ideal client works: it would take the ideal client's Browsers.
             op.stop().await?;
-            let ideal = ideal(&ctx, &backend, &operator_rt).await?;
+            let ideal = ideal(&ctx, &backend, &operator_rt, IDEAL).await?;
             (
                 ideal,
                 Operator::start(&launch, &ctx.operator_flags()).await?,
@@ -1189,9 +1201,17 @@ async fn force_delete_pods(ctx: &Ctx<'_>, names: &[String]) -> Result<(), BenchE
 /// ideal client, then removed by the benchmark (pods force-deleted, finalizers removed,
 /// Browsers deleted) outside the figures. Under mixed load their sessions end as the
 /// operator run's do, and the ideal client cleans them up itself.
-async fn ideal(ctx: &Ctx<'_>, backend: &Backend, runtime: &Handle) -> Result<Ideal, BenchError> {
+/// Name prefix of the ideal client's measured Browsers.
+const IDEAL: &str = "ideal-";
+
+/// The ideal client's phase over Browsers named `prefix` and a number.
+async fn ideal(
+    ctx: &Ctx<'_>,
+    backend: &Backend,
+    runtime: &Handle,
+    prefix: &str,
+) -> Result<Ideal, BenchError> {
     let n = ctx.plan.browsers;
-    let prefix = "ideal-";
     let names = names(prefix, 0..n);
     let mut client = IdealClient::start(
         backend,

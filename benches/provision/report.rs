@@ -24,6 +24,8 @@ pub struct Setup {
     pub session_end: Option<Duration>,
     /// The operator ran before the ideal client.
     pub operator_first: bool,
+    /// An unmeasured phase of the ideal client ran before the measured ones.
+    pub warm_phase: bool,
     /// Worker threads of each runtime (operator, benchmark).
     pub threads: usize,
     pub smoke: bool,
@@ -451,8 +453,14 @@ impl Report {
             "  load          {n} Browsers (and bare pods), client concurrency {}, {rate}; operator --max-workers {workers}; {} worker threads for each runtime",
             s.concurrency, s.threads
         );
-        if s.operator_first {
-            let _ = writeln!(out, "  order         bare pods, operator, ideal client");
+        let order = match (s.warm_phase, s.operator_first) {
+            (false, false) => None,
+            (false, true) => Some("bare pods, operator, ideal client"),
+            (true, false) => Some("bare pods, ideal client unmeasured, ideal client, operator"),
+            (true, true) => Some("bare pods, ideal client unmeasured, operator, ideal client"),
+        };
+        if let Some(order) = order {
+            let _ = writeln!(out, "  order         {order}");
         }
         if let Some(end) = s.session_end {
             let _ = writeln!(
@@ -933,6 +941,7 @@ impl Report {
                 "operator_max_workers": s.max_workers,
                 "session_end_ms": s.session_end.map(ms),
                 "operator_first": s.operator_first,
+                "warm_phase": s.warm_phase,
                 "worker_threads": s.threads,
                 "smoke": s.smoke,
             },
