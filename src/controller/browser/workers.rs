@@ -78,7 +78,7 @@ impl State {
     }
 
     /// Whether a worker may be taken without judging its lane: it fits every lane.
-    fn fits_any(&self, caps: &[usize; 3]) -> bool {
+    fn fits_every(&self, caps: &[usize; 3]) -> bool {
         self.lanes.iter().all(BTreeMap::is_empty) && Lane::ALL.iter().all(|&l| self.fits(caps, l))
     }
 }
@@ -158,7 +158,7 @@ impl Workers {
     pub async fn acquire(&self, key: Key, lane: impl FnOnce() -> Lane) -> Permit<'_> {
         {
             let mut state = self.state();
-            if state.fits_any(&self.caps) {
+            if state.fits_every(&self.caps) {
                 state.free -= 1;
                 state.unjudged += 1;
                 return Permit {
