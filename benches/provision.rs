@@ -1197,14 +1197,13 @@ async fn force_delete_pods(ctx: &Ctx<'_>, names: &[String]) -> Result<(), BenchE
     Ok(())
 }
 
-/// The ideal client's phase: N Browsers created as for the operator and provisioned by the
-/// ideal client, then removed by the benchmark (pods force-deleted, finalizers removed,
-/// Browsers deleted) outside the figures. Under mixed load their sessions end as the
-/// operator run's do, and the ideal client cleans them up itself.
 /// Name prefix of the ideal client's measured Browsers.
 const IDEAL: &str = "ideal-";
 
-/// The ideal client's phase over Browsers named `prefix` and a number.
+/// The ideal client's phase: N Browsers named `prefix` and a number, created as for the
+/// operator and provisioned by the ideal client, then removed by the benchmark (pods
+/// force-deleted, finalizers removed, Browsers deleted) outside the figures. Under mixed load
+/// their sessions end as the operator run's do, and the ideal client cleans them up itself.
 async fn ideal(
     ctx: &Ctx<'_>,
     backend: &Backend,
