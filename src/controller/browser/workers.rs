@@ -33,7 +33,6 @@ pub struct Workers {
 
 #[derive(Default)]
 struct State {
-    free: usize,
     /// Workers held, by lane.
     held: [usize; 3],
     /// Workers taken while the pool was far from any cap, without judging the lane; each
@@ -69,17 +68,6 @@ impl State {
             self.places.remove(&waiter.key);
         }
         Some(waiter)
-    }
-
-    /// Whether a worker of `lane` may be taken now.
-    fn fits(&self, caps: &[usize; 3], lane: Lane) -> bool {
-        let i = lane.index();
-        self.free > 0 && self.unjudged + self.held[i] < caps[i]
-    }
-
-    /// Whether a worker may be taken without judging its lane: it fits every lane.
-    fn fits_every(&self, caps: &[usize; 3]) -> bool {
-        self.lanes.iter().all(BTreeMap::is_empty) && Lane::ALL.iter().all(|&l| self.fits(caps, l))
     }
 }
 
@@ -128,10 +116,7 @@ impl Workers {
         Self {
             total,
             caps: [total, (total / 4).max(1), (total / 8).max(1)],
-            state: Mutex::new(State {
-                free: total,
-                ..State::default()
-            }),
+            state: Mutex::new(State::default()),
             metrics,
         }
     }
@@ -153,13 +138,29 @@ impl Workers {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Workers nobody holds.
+    fn free(&self, state: &State) -> usize {
+        self.total
+            .saturating_sub(state.unjudged + state.held.iter().sum::<usize>())
+    }
+
+    /// Whether a worker of `lane` may be taken now.
+    fn fits(&self, state: &State, lane: Lane) -> bool {
+        let i = lane.index();
+        self.free(state) > 0 && state.unjudged + state.held[i] < self.caps[i]
+    }
+
+    /// Whether a worker may be taken without judging its lane: it fits every lane.
+    fn fits_every(&self, state: &State) -> bool {
+        state.lanes.iter().all(BTreeMap::is_empty) && Lane::ALL.iter().all(|&l| self.fits(state, l))
+    }
+
     /// Waits for a worker for the reconcile of `key`, in the lane `lane` says; `lane` runs
     /// only when the pool is busy enough for the lane to matter, outside the lock.
     pub async fn acquire(&self, key: Key, lane: impl FnOnce() -> Lane) -> Permit<'_> {
         {
             let mut state = self.state();
-            if state.fits_every(&self.caps) {
-                state.free -= 1;
+            if self.fits_every(&state) {
                 state.unjudged += 1;
                 return Permit {
                     workers: self,
@@ -171,8 +172,7 @@ impl Workers {
         let grant = {
             let mut state = self.state();
             // Nobody that fits waits: `dispatch` grants every waiter that fits at once.
-            if state.fits(&self.caps, lane) && state.lanes[lane.index()].is_empty() {
-                state.free -= 1;
+            if self.fits(&state, lane) && state.lanes[lane.index()].is_empty() {
                 state.held[lane.index()] += 1;
                 return Permit {
                     workers: self,
@@ -242,7 +242,6 @@ impl Workers {
             None => &mut state.unjudged,
         };
         *held = held.saturating_sub(1);
-        state.free += 1;
         self.dispatch(&mut state);
         self.count(&state);
     }
@@ -251,7 +250,7 @@ impl Workers {
     fn dispatch(&self, state: &mut State) {
         loop {
             let open = Lane::ALL
-                .map(|lane| !state.lanes[lane.index()].is_empty() && state.fits(&self.caps, lane));
+                .map(|lane| !state.lanes[lane.index()].is_empty() && self.fits(state, lane));
             let Some(lane) = state.turns.next(open) else {
                 return;
             };
@@ -267,7 +266,6 @@ impl Workers {
             }
             // A waiter that gave up is skipped.
             if waiter.grant.send(lane).is_ok() {
-                state.free -= 1;
                 state.held[lane.index()] += 1;
             }
         }
@@ -425,7 +423,7 @@ mod tests {
             let _ = stop.send(());
             task.await.unwrap();
         }
-        assert_eq!(workers.state().free, 8);
+        assert_eq!(workers.free(&workers.state()), 8);
     }
 
     #[tokio::test]
@@ -446,7 +444,7 @@ mod tests {
             let _ = stop.send(());
             task.await.unwrap();
         }
-        assert_eq!(workers.state().free, 4);
+        assert_eq!(workers.free(&workers.state()), 4);
     }
 
     #[tokio::test]
