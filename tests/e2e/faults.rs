@@ -490,6 +490,54 @@ pub(crate) async fn a_browser_gets_one_pod_while_its_cache_lags_through_its_fail
     assert_eq!(cx.failure_of("once").await["reason"], "OOMKilled");
 }
 
+/// A Browser deleted while the operator writes its status from an older copy: the write's
+/// answer carries the deletion, whose watch event comes later and is older than the write.
+/// That event is still news (no decision saw the deletion), and the Browser is cleaned up.
+pub(crate) async fn a_deletion_a_status_write_carried_is_still_followed(cx: Arc<Ctx>) {
+    cx.start_operator(&[]);
+    cx.chrome_config().await;
+    cx.create_browser("overtaken", json!({})).await;
+    cx.until_running("overtaken").await;
+    // The operator's cache keeps the Browser as it is now: Running, not deleted.
+    cx.server().hold_watches("browsers");
+    cx.browsers()
+        .delete("overtaken", &DeleteParams::default())
+        .await
+        .expect("Browser deleted");
+    let before = cx.logged().len();
+    // A new pod IP: the operator writes the Browser's status, deciding on its cached copy.
+    cx.pods()
+        .patch_status(
+            "overtaken",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"podIP": "10.0.0.99"}})),
+        )
+        .await
+        .expect("pod status");
+    let status_written = |r: &crate::RequestRecord| {
+        r.resource == "browsers"
+            && r.subresource.as_deref() == Some("status")
+            && r.name.as_deref() == Some("overtaken")
+            && r.status == 200
+    };
+    poll(WAIT, Duration::from_millis(50), || async {
+        if cx.logged()[before..].iter().any(status_written) {
+            Ok(())
+        } else {
+            Err("the status write from the cached copy".to_string())
+        }
+    })
+    .await;
+    let written = cx.server().get("browsers", &cx.ns, "overtaken");
+    assert!(
+        written.is_some_and(|b| b["status"]["podIP"] == "10.0.0.99"),
+        "the write landed on the deleted Browser"
+    );
+    // The deletion's event, then the write's echo.
+    cx.server().release_watches();
+    cx.until_gone("overtaken").await;
+}
+
 /// A Browser removed behind the operator's back (its finalizer taken off by hand) while the
 /// operator's cache still shows it: the 404 of the next write is the operator's last write
 /// for it; the pod it controlled is deleted.

@@ -1397,6 +1397,10 @@ fn scenarios() -> Vec<Scenario> {
         },
         Scenario {
             own_double: Some(faults::plain),
+            ..scenario!(faults::a_deletion_a_status_write_carried_is_still_followed, false)
+        },
+        Scenario {
+            own_double: Some(faults::plain),
             ..scenario!(faults::after_an_api_outage_new_browsers_get_a_status_within_seconds, false)
         },
         Scenario {

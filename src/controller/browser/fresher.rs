@@ -3,6 +3,10 @@
 //! it has already let go of. The newest state each write returned is kept until the cache
 //! catches up, so that no decision is taken on a copy older than the operator's own last
 //! write (which would repeat a write, or worse, act on a Browser that is gone).
+//!
+//! A write may also return someone else's change made after the reconcile read its copy (a
+//! deletion, say). The watch event of that change is older than the write, yet no decision
+//! saw it: only the versions the operator's own reads and writes returned are echoes.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -26,10 +30,20 @@ pub(super) enum Known {
 
 type Key = (String, String);
 
+/// What is kept of one object until the cache catches up.
+struct Kept {
+    known: Known,
+    /// The versions of this object the operator's reads and writes returned since the cache
+    /// last caught up: a decision was taken on each, so their watch events are echoes.
+    ours: Vec<u64>,
+}
+
+type Map = Mutex<HashMap<Key, Kept>>;
+
 #[derive(Default)]
 pub(super) struct Fresher {
-    browsers: Mutex<HashMap<Key, Known>>,
-    pods: Mutex<HashMap<Key, Known>>,
+    browsers: Map,
+    pods: Map,
 }
 
 fn rv(object: &impl Resource) -> Option<u64> {
@@ -44,45 +58,73 @@ fn key(ns: &str, name: &str) -> Key {
     (ns.to_string(), name.to_string())
 }
 
-fn lock(map: &Mutex<HashMap<Key, Known>>) -> MutexGuard<'_, HashMap<Key, Known>> {
+fn lock(map: &Map) -> MutexGuard<'_, HashMap<Key, Kept>> {
     map.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn echo(map: &Mutex<HashMap<Key, Known>>, cached: &impl Resource) -> bool {
+/// Keeps `known` as the newest state of the object, adding its version to those the
+/// operator has seen of the same object.
+fn remember(map: &Map, ns: &str, name: &str, known: Known) {
+    let mut map = lock(map);
+    let key = key(ns, name);
+    let mut ours = match (&known, map.remove(&key)) {
+        (
+            Known::Object(new),
+            Some(Kept {
+                known: Known::Object(old),
+                ours,
+            }),
+        ) if uid(&**new) == uid(&*old) => ours,
+        _ => Vec::new(),
+    };
+    if let Known::Object(object) = &known {
+        ours.extend(rv(&**object));
+    }
+    map.insert(key, Kept { known, ours });
+}
+
+fn echo(map: &Map, cached: &impl Resource) -> bool {
     let meta = cached.meta();
     let (Some(ns), Some(name)) = (meta.namespace.as_deref(), meta.name.as_deref()) else {
         return false;
     };
     let key = key(ns, name);
     let mut map = lock(map);
-    let Some(Known::Object(ours)) = map.get(&key) else {
+    let Some(Kept {
+        known: Known::Object(newest),
+        ours,
+    }) = map.get(&key)
+    else {
         return false;
     };
-    if uid(&**ours) != uid(cached) {
+    if uid(&**newest) != uid(cached) {
         return false;
     }
-    match (rv(&**ours), rv(cached)) {
+    match (rv(&**newest), rv(cached)) {
         (Some(a), Some(b)) if b == a => {
             map.remove(&key);
             true
         }
-        (Some(a), Some(b)) => b < a,
+        // Older than the newest: an echo only of a version the operator saw itself.
+        (Some(_), Some(b)) => ours.contains(&b),
         _ => false,
     }
 }
 
 impl Fresher {
     pub(super) fn remember_browser(&self, ns: &str, name: &str, known: Known) {
-        lock(&self.browsers).insert(key(ns, name), known);
+        remember(&self.browsers, ns, name, known);
     }
 
     pub(super) fn remember_pod(&self, ns: &str, name: &str, known: Known) {
-        lock(&self.pods).insert(key(ns, name), known);
+        remember(&self.pods, ns, name, known);
     }
 
-    /// Whether a watch event of a Browser only shows what the operator's own last write
-    /// already returned (its echo, or an older version): a reconcile on it would find nothing
-    /// new. The echo itself means the cache caught up, so what was kept of the write goes.
+    /// Whether a watch event of a Browser only shows what the operator's own reads and writes
+    /// already returned: a reconcile on it would find nothing new. The echo of the newest
+    /// means the cache caught up, so what was kept goes. An older version the operator never
+    /// saw is news, though its last write may already carry it: a reconcile then decides on
+    /// that write's answer.
     pub(super) fn browser_echo(&self, event: &watcher::Event<CachedBrowser>) -> bool {
         matches!(event, watcher::Event::Apply(b) if echo(&self.browsers, b))
     }
@@ -97,7 +139,7 @@ impl Fresher {
     pub(super) fn forget(&self, ns: &str, name: &str, uid: &str) {
         let key = key(ns, name);
         let mut browsers = lock(&self.browsers);
-        let ours = match browsers.get(&key) {
+        let ours = match browsers.get(&key).map(|kept| &kept.known) {
             Some(Known::Object(b)) => self::uid(&**b) == Some(uid),
             Some(Known::Gone { uid: gone }) => gone == uid,
             None => true,
@@ -127,7 +169,7 @@ impl Fresher {
     ) -> Option<Arc<DynamicObject>> {
         let key = key(ns, name);
         let mut browsers = lock(&self.browsers);
-        let Some(known) = browsers.get(&key).cloned() else {
+        let Some(known) = browsers.get(&key).map(|kept| kept.known.clone()) else {
             return Some(Arc::new(cached.to_object(ar)));
         };
         match known {
@@ -159,7 +201,7 @@ impl Fresher {
         let key = key(ns, name);
         let mut pods = lock(&self.pods);
         let from_cache = |cached: &CachedPod| Arc::new(cached.to_object(ar));
-        let Some(known) = pods.get(&key).cloned() else {
+        let Some(known) = pods.get(&key).map(|kept| kept.known.clone()) else {
             return cached.map(from_cache);
         };
         match (known, cached) {
@@ -284,13 +326,15 @@ mod tests {
     }
 
     #[test]
-    fn echoes_of_our_writes_and_older_versions_are_told_apart_from_news() {
+    fn echoes_of_our_reads_and_writes_are_told_apart_from_news() {
         let f = Fresher::default();
+        // A read of version 8, then a write that returned 10.
+        f.remember_browser("ns", "s1", Known::Object(obj("8", "u")));
         f.remember_browser("ns", "s1", Known::Object(obj("10", "u")));
         let applied = |b| watcher::Event::Apply(b);
         assert!(
-            f.browser_echo(&applied(browser("9", "u"))),
-            "older than our write"
+            f.browser_echo(&applied(browser("8", "u"))),
+            "a version a decision was taken on"
         );
         assert!(
             !f.browser_echo(&applied(browser("10", "other"))),
@@ -309,6 +353,33 @@ mod tests {
             "a kubelet's update"
         );
         assert!(f.pod_echo(&watcher::Event::Apply(pod("20", "p"))));
+    }
+
+    #[test]
+    fn a_change_our_write_carried_but_no_decision_saw_is_news() {
+        // The reconcile decided on version 8; the Browser was deleted at 9; the status write
+        // returned 10, deleting. The event of 9 is older than the write but must trigger the
+        // reconcile that cleans up: nothing else will.
+        let f = Fresher::default();
+        f.remember_browser("ns", "s1", Known::Object(obj("8", "u")));
+        f.remember_browser("ns", "s1", Known::Object(obj("10", "u")));
+        assert!(!f.browser_echo(&watcher::Event::Apply(browser("9", "u"))));
+        // That reconcile decides on the write's answer, the newest.
+        let picked = f.pick_browser("ns", "s1", &browser("9", "u"), &ar());
+        assert_eq!(version(picked).as_deref(), Some("10"));
+        // The same for a pod the kubelet changed before the operator's write to it.
+        f.remember_pod("ns", "s1", Known::Object(obj("30", "p")));
+        assert!(!f.pod_echo(&watcher::Event::Apply(pod("29", "p"))));
+    }
+
+    #[test]
+    fn versions_of_another_object_of_the_same_name_are_not_ours() {
+        let f = Fresher::default();
+        f.remember_browser("ns", "s1", Known::Object(obj("8", "old")));
+        f.remember_browser("ns", "s1", Known::Object(obj("10", "new")));
+        f.remember_browser("ns", "s1", Known::Object(obj("12", "new")));
+        assert!(!f.browser_echo(&watcher::Event::Apply(browser("8", "new"))));
+        assert!(f.browser_echo(&watcher::Event::Apply(browser("10", "new"))));
     }
 
     #[test]
