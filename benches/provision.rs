@@ -61,8 +61,8 @@ use tokio::time::Instant;
 use cluster::Backend;
 use ideal::IdealClient;
 use measure::{Cpu, ServerCpu, ServerPids};
-use report::{Baseline, Cost, Flow, Ideal, Idle, IdleMemory, Report, Run, Setup};
-use requests::RequestLog;
+use report::{Baseline, Cost, Flow, Ideal, Idle, IdleMemory, PathToPod, Report, Run, Setup};
+use requests::{RequestLog, Step, Timed};
 use support::apiserver::ApiServer;
 use support::controlplane::{self, Assets, ControlPlane};
 use support::host::TempDir;
@@ -880,11 +880,42 @@ impl Ctx<'_> {
                 .filter_map(|(a, b)| b.map(|b| b.saturating_duration_since(*a)))
                 .collect()
         };
-        let pod_sent = log.map(|log| {
-            names
+        let path = log.map(|log| {
+            let steps = |step| -> Vec<Option<Timed>> {
+                names
+                    .iter()
+                    .map(|name| log.step(step, &self.plan.namespace, name))
+                    .collect()
+            };
+            let (metadata, pod) = (steps(Step::Metadata), steps(Step::Pod));
+            let sent = |steps: &[Option<Timed>]| -> Vec<Option<Instant>> {
+                steps.iter().map(|t| t.map(|t| t.sent)).collect()
+            };
+            let round_trips = |steps: &[Option<Timed>]| -> Vec<Duration> {
+                steps
+                    .iter()
+                    .flatten()
+                    .filter_map(|t| Some(t.answered?.saturating_duration_since(t.sent)))
+                    .collect()
+            };
+            let decided: Vec<Duration> = metadata
                 .iter()
-                .map(|name| log.pod_create_sent(&self.plan.namespace, name))
-                .collect::<Vec<_>>()
+                .zip(&pod)
+                .filter_map(|(m, p)| {
+                    Some(
+                        p.as_ref()?
+                            .sent
+                            .saturating_duration_since(m.as_ref()?.answered?),
+                    )
+                })
+                .collect();
+            PathToPod {
+                to_metadata_sent: measure::summarize(since(&sent(&metadata))),
+                metadata_round_trip: measure::summarize(round_trips(&metadata)),
+                metadata_to_pod_sent: measure::summarize(decided),
+                to_pod_sent: measure::summarize(since(&sent(&pod))),
+                pod_round_trip: measure::summarize(round_trips(&pod)),
+            }
         });
         let propagation: Vec<Duration> = pod_running
             .iter()
@@ -903,7 +934,7 @@ impl Ctx<'_> {
             browsers: names.len(),
             create_latency: measure::summarize(created.iter().map(|(s, a)| *a - *s).collect()),
             to_pod_created: measure::summarize(since(&pod_created)),
-            to_pod_sent: pod_sent.and_then(|sent| measure::summarize(since(&sent))),
+            path,
             pods_seen: seen(&pod_created),
             propagation: measure::summarize(propagation),
             end_to_end: measure::summarize(since(&browser_running)),

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use http::{Method, Uri};
 use measure::{samples, stat_cpu, status_memory, sum, summarize};
-use requests::{RequestLog, classify};
+use requests::{RequestLog, Step, classify};
 use targets::{Figures, Restart, evaluate};
 
 #[test]
@@ -136,21 +136,43 @@ fn requests_are_named_like_the_audit_log_names_them() {
 }
 
 #[test]
-fn only_real_pod_applies_mark_the_create_time() {
+fn only_the_first_real_applies_mark_the_steps_to_a_pod() {
     let log = RequestLog::default();
-    let uri = |q: &str| {
-        format!("/api/v1/namespaces/b/pods/p1{q}")
-            .parse::<Uri>()
-            .unwrap()
-    };
-    log.record(&Method::PATCH, &uri("?dryRun=All"), true);
-    log.record(&Method::GET, &uri(""), false);
-    log.record(&Method::PATCH, &uri("/status?fieldManager=m"), true);
-    assert!(log.pod_create_sent("b", "p1").is_none());
-    log.record(&Method::PATCH, &uri("?fieldManager=m"), true);
-    let first = log.pod_create_sent("b", "p1").unwrap();
-    log.record(&Method::PATCH, &uri("?fieldManager=m"), true);
-    assert_eq!(log.pod_create_sent("b", "p1"), Some(first));
+    let uri = |path: &str| path.parse::<Uri>().unwrap();
+    let pod = "/api/v1/namespaces/b/pods/p1";
+    let browser = "/apis/selenosis.io/v1/namespaces/b/browsers/p1";
+    let sent = |method: Method, path: String, apply: bool| log.record(&method, &uri(&path), apply);
+    // Neither a dry run, a read, a status apply nor a merge patch is a step.
+    assert!(sent(Method::PATCH, format!("{pod}?dryRun=All"), true).is_none());
+    assert!(sent(Method::GET, pod.to_string(), false).is_none());
+    assert!(sent(Method::PATCH, format!("{pod}/status?fieldManager=m"), true).is_none());
+    assert!(
+        sent(
+            Method::PATCH,
+            format!("{browser}/status?fieldManager=m"),
+            true
+        )
+        .is_none()
+    );
+    assert!(sent(Method::PATCH, browser.to_string(), false).is_none());
+    assert!(log.step(Step::Pod, "b", "p1").is_none());
+    assert!(log.step(Step::Metadata, "b", "p1").is_none());
+
+    let metadata = sent(Method::PATCH, format!("{browser}?fieldManager=m"), true)
+        .expect("the metadata apply is a step");
+    let first = log.step(Step::Metadata, "b", "p1").unwrap();
+    assert!(first.answered.is_none(), "not answered yet");
+    log.answered(metadata);
+    let answered = log.step(Step::Metadata, "b", "p1").unwrap();
+    assert_eq!(answered.sent, first.sent);
+    assert!(answered.answered.is_some_and(|a| a >= first.sent));
+
+    let pod_apply = sent(Method::PATCH, format!("{pod}?fieldManager=m"), true).expect("a step");
+    let created = log.step(Step::Pod, "b", "p1").unwrap().sent;
+    // A second apply is not the create: the first stays, and it is not pending.
+    assert!(sent(Method::PATCH, format!("{pod}?fieldManager=m"), true).is_none());
+    log.answered(pod_apply);
+    assert_eq!(log.step(Step::Pod, "b", "p1").unwrap().sent, created);
     assert_eq!(log.counts().get("apply pods"), Some(&2));
     assert_eq!(log.counts().get("get pods"), Some(&1));
 }

@@ -1,5 +1,6 @@
 //! Where the benchmark runs — the in-process API server double, or a cluster named by a
-//! kubeconfig — and the operator's client, which notes every request it sends.
+//! kubeconfig — and the operator's client, which notes every request it sends (and when the
+//! answers to the writes on a Browser's path to its pod arrive).
 
 use std::convert::Infallible;
 use std::path::Path;
@@ -128,23 +129,33 @@ struct Recording<S> {
 impl<S, B> Service<Request<B>> for Recording<S>
 where
     S: Service<Request<B>>,
+    S::Future: Send + 'static,
 {
     type Response = S::Response;
     type Error = S::Error;
-    type Future = S::Future;
+    type Future = BoxFuture<'static, Result<S::Response, S::Error>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, request: Request<B>) -> S::Future {
+    fn call(&mut self, request: Request<B>) -> Self::Future {
         let apply = request
             .headers()
             .get(header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|ct| ct.starts_with("application/apply-patch"));
-        self.log.record(request.method(), request.uri(), apply);
-        self.inner.call(request)
+        let pending = self.log.record(request.method(), request.uri(), apply);
+        let answer = self.inner.call(request);
+        let log = self.log.clone();
+        async move {
+            let answer = answer.await;
+            if let Some(pending) = pending {
+                log.answered(pending);
+            }
+            answer
+        }
+        .boxed()
     }
 }
 

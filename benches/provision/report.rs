@@ -48,8 +48,8 @@ pub struct Flow {
     pub create_latency: Option<Summary>,
     /// Browser create sent → the pod seen by the benchmark's watch.
     pub to_pod_created: Option<Summary>,
-    /// Browser create sent → the pod's apply sent (from the request log, when there is one).
-    pub to_pod_sent: Option<Summary>,
+    /// Where the time before the pod went, from the client's request log (when there is one).
+    pub path: Option<PathToPod>,
     pub pods_seen: usize,
     /// Pod seen Running → Browser seen Running with its pod IP.
     pub propagation: Option<Summary>,
@@ -64,6 +64,22 @@ pub struct Flow {
     pub server_cpu: Option<ServerCpu>,
     /// CPU of the client (operator or ideal client) over the flow.
     pub client_cpu: Cpu,
+}
+
+/// A client's path from a Browser's create to its pod's create, step by step (the first
+/// metadata apply and pod apply of each Browser; answered: the answer's headers arrived).
+pub struct PathToPod {
+    /// Browser create sent → metadata apply sent: the create's watch event reaching the
+    /// client, and the client's own queue.
+    pub to_metadata_sent: Option<Summary>,
+    /// The metadata apply, sent → answered.
+    pub metadata_round_trip: Option<Summary>,
+    /// Metadata apply answered → pod apply sent: the client's own decision and rendering.
+    pub metadata_to_pod_sent: Option<Summary>,
+    /// Browser create sent → pod apply sent.
+    pub to_pod_sent: Option<Summary>,
+    /// The pod apply, sent → answered.
+    pub pod_round_trip: Option<Summary>,
 }
 
 impl Flow {
@@ -597,6 +613,7 @@ impl Report {
             "latency (ms)", "p50", "p90", "p99", "max", "n"
         );
         summary_row(&mut out, "bare pod create (round trip)", &b.latency);
+        path_rows(&mut out, "ideal", &ideal.path);
         summary_row(
             &mut out,
             "ideal: Browser created -> pod created",
@@ -617,13 +634,7 @@ impl Report {
             "operator: Browser create (round trip)",
             &op.create_latency,
         );
-        if op.to_pod_sent.is_some() {
-            summary_row(
-                &mut out,
-                "operator: Browser created -> pod create sent",
-                &op.to_pod_sent,
-            );
-        }
+        path_rows(&mut out, "operator", &op.path);
         summary_row(
             &mut out,
             "operator: Browser created -> pod created",
@@ -1004,6 +1015,41 @@ impl Report {
     }
 }
 
+/// The steps of a client's path to its pods, one latency row each.
+fn path_rows(out: &mut String, client: &str, path: &Option<PathToPod>) {
+    let Some(p) = path else {
+        return;
+    };
+    let rows = [
+        (
+            "Browser created -> metadata apply sent",
+            &p.to_metadata_sent,
+        ),
+        ("metadata apply (round trip)", &p.metadata_round_trip),
+        (
+            "metadata answered -> pod apply sent",
+            &p.metadata_to_pod_sent,
+        ),
+        ("Browser created -> pod apply sent", &p.to_pod_sent),
+        ("pod apply (round trip)", &p.pod_round_trip),
+    ];
+    for (label, summary) in rows {
+        summary_row(out, &format!("{client}: {label}"), summary);
+    }
+}
+
+fn path_json(path: &Option<PathToPod>) -> Value {
+    path.as_ref().map_or(Value::Null, |p| {
+        json!({
+            "created_to_metadata_apply_sent": summary_json(&p.to_metadata_sent),
+            "metadata_apply_round_trip": summary_json(&p.metadata_round_trip),
+            "metadata_answered_to_pod_apply_sent": summary_json(&p.metadata_to_pod_sent),
+            "created_to_pod_apply_sent": summary_json(&p.to_pod_sent),
+            "pod_apply_round_trip": summary_json(&p.pod_round_trip),
+        })
+    })
+}
+
 fn flow_json(f: &Flow) -> Value {
     let n = f.browsers.max(1) as f64;
     json!({
@@ -1011,7 +1057,7 @@ fn flow_json(f: &Flow) -> Value {
         "latency": {
             "browser_create": summary_json(&f.create_latency),
             "created_to_pod_created": summary_json(&f.to_pod_created),
-            "created_to_pod_create_sent": summary_json(&f.to_pod_sent),
+            "path_to_pod": path_json(&f.path),
             "pod_running_to_browser_running": summary_json(&f.propagation),
             "created_to_running": summary_json(&f.end_to_end),
         },

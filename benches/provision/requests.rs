@@ -1,6 +1,6 @@
 //! A client's requests as it sent them: counted by verb and resource the way the API server's
-//! audit log names them, writes counted per object (for duplicates), and the moment of each
-//! pod create.
+//! audit log names them, writes counted per object (for duplicates), and when the first
+//! metadata apply and the first pod apply of each Browser were sent and answered.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, PoisonError};
@@ -8,8 +8,8 @@ use std::sync::{Mutex, PoisonError};
 use http::{Method, Uri};
 use tokio::time::Instant;
 
-/// What a client sent: requests counted by verb and resource, writes per object, and when it
-/// sent each pod create (server-side apply of a pod, not a dry run).
+/// What a client sent: requests counted by verb and resource, writes per object, and the
+/// first write of each [`Step`] of a Browser's path to its pod.
 #[derive(Default)]
 pub struct RequestLog {
     inner: Mutex<LogInner>,
@@ -18,9 +18,32 @@ pub struct RequestLog {
 #[derive(Default)]
 struct LogInner {
     counts: BTreeMap<String, u64>,
-    pod_applies: HashMap<String, Instant>,
+    /// The first write of each step, by step and `namespace/name`.
+    steps: HashMap<(Step, String), Timed>,
     /// Writes to named objects: `verb resource` → `namespace/name` → count.
     writes: BTreeMap<String, HashMap<String, u32>>,
+}
+
+/// A write on the path from a Browser's create to its pod.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Step {
+    /// The Browser's metadata apply (finalizer and labels).
+    Metadata,
+    /// The pod's apply (its create; not a dry run).
+    Pod,
+}
+
+/// When a step's first write was sent, and when its answer's headers arrived.
+#[derive(Clone, Copy, Debug)]
+pub struct Timed {
+    pub sent: Instant,
+    pub answered: Option<Instant>,
+}
+
+/// A step's first write in flight: hand it back to [`RequestLog::answered`].
+pub struct Pending {
+    step: Step,
+    object: String,
 }
 
 /// A request as the API server's audit log would name it.
@@ -95,7 +118,9 @@ impl RequestLog {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    pub fn record(&self, method: &Method, uri: &Uri, apply: bool) {
+    /// Notes a request as it is sent; the first write of a [`Step`] for its object comes back
+    /// as [`Pending`], to be marked answered.
+    pub fn record(&self, method: &Method, uri: &Uri, apply: bool) -> Option<Pending> {
         let sent = Instant::now();
         let c = classify(method, uri, apply);
         let mut inner = self.lock();
@@ -115,22 +140,41 @@ impl RequestLog {
                 .entry(format!("{ns}/{name}"))
                 .or_default() += 1;
         }
-        if c.verb == "apply"
-            && c.resource == "pods"
-            && let (Some(ns), Some(name)) = (c.namespace, c.name)
-        {
-            inner
-                .pod_applies
-                .entry(format!("{ns}/{name}"))
-                .or_insert(sent);
+        let step = match (c.verb.as_str(), c.resource.as_str()) {
+            ("apply", "browsers") => Step::Metadata,
+            ("apply", "pods") => Step::Pod,
+            _ => return None,
+        };
+        let (Some(ns), Some(name)) = (c.namespace, c.name) else {
+            return None;
+        };
+        let object = format!("{ns}/{name}");
+        let first = !inner.steps.contains_key(&(step, object.clone()));
+        first.then(|| {
+            inner.steps.insert(
+                (step, object.clone()),
+                Timed {
+                    sent,
+                    answered: None,
+                },
+            );
+            Pending { step, object }
+        })
+    }
+
+    /// The answer to a step's first write arrived.
+    pub fn answered(&self, pending: Pending) {
+        let now = Instant::now();
+        if let Some(timed) = self.lock().steps.get_mut(&(pending.step, pending.object)) {
+            timed.answered = Some(now);
         }
     }
 
-    /// When the operator first sent the create (apply) of pod `ns/name`.
-    pub fn pod_create_sent(&self, ns: &str, name: &str) -> Option<Instant> {
+    /// The first write of `step` for `ns/name`.
+    pub fn step(&self, step: Step, ns: &str, name: &str) -> Option<Timed> {
         self.lock()
-            .pod_applies
-            .get(&format!("{ns}/{name}"))
+            .steps
+            .get(&(step, format!("{ns}/{name}")))
             .copied()
     }
 
