@@ -613,6 +613,13 @@ impl Report {
             "latency (ms)", "p50", "p90", "p99", "max", "n"
         );
         summary_row(&mut out, "bare pod create (round trip)", &b.latency);
+        // The benchmark's own creates, the same request in both phases: how busy the server
+        // was for every client in each.
+        summary_row(
+            &mut out,
+            "ideal: Browser create (round trip)",
+            &ideal.create_latency,
+        );
         path_rows(&mut out, "ideal", &ideal.path);
         summary_row(
             &mut out,
