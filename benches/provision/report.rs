@@ -1022,38 +1022,53 @@ impl Report {
     }
 }
 
+impl PathToPod {
+    /// Each step: its row label, its JSON key, its figures.
+    fn steps(&self) -> [(&'static str, &'static str, &Option<Summary>); 5] {
+        [
+            (
+                "Browser created -> metadata apply sent",
+                "created_to_metadata_apply_sent",
+                &self.to_metadata_sent,
+            ),
+            (
+                "metadata apply (round trip)",
+                "metadata_apply_round_trip",
+                &self.metadata_round_trip,
+            ),
+            (
+                "metadata answered -> pod apply sent",
+                "metadata_answered_to_pod_apply_sent",
+                &self.metadata_to_pod_sent,
+            ),
+            (
+                "Browser created -> pod apply sent",
+                "created_to_pod_apply_sent",
+                &self.to_pod_sent,
+            ),
+            (
+                "pod apply (round trip)",
+                "pod_apply_round_trip",
+                &self.pod_round_trip,
+            ),
+        ]
+    }
+}
+
 /// The steps of a client's path to its pods, one latency row each.
 fn path_rows(out: &mut String, client: &str, path: &Option<PathToPod>) {
-    let Some(p) = path else {
-        return;
-    };
-    let rows = [
-        (
-            "Browser created -> metadata apply sent",
-            &p.to_metadata_sent,
-        ),
-        ("metadata apply (round trip)", &p.metadata_round_trip),
-        (
-            "metadata answered -> pod apply sent",
-            &p.metadata_to_pod_sent,
-        ),
-        ("Browser created -> pod apply sent", &p.to_pod_sent),
-        ("pod apply (round trip)", &p.pod_round_trip),
-    ];
-    for (label, summary) in rows {
+    for (label, _, summary) in path.iter().flat_map(PathToPod::steps) {
         summary_row(out, &format!("{client}: {label}"), summary);
     }
 }
 
 fn path_json(path: &Option<PathToPod>) -> Value {
     path.as_ref().map_or(Value::Null, |p| {
-        json!({
-            "created_to_metadata_apply_sent": summary_json(&p.to_metadata_sent),
-            "metadata_apply_round_trip": summary_json(&p.metadata_round_trip),
-            "metadata_answered_to_pod_apply_sent": summary_json(&p.metadata_to_pod_sent),
-            "created_to_pod_apply_sent": summary_json(&p.to_pod_sent),
-            "pod_apply_round_trip": summary_json(&p.pod_round_trip),
-        })
+        p.steps()
+            .into_iter()
+            .map(|(_, key, summary)| (key.to_string(), summary_json(summary)))
+            .collect::<serde_json::Map<_, _>>()
+            .into()
     })
 }
 

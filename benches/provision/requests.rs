@@ -2,6 +2,7 @@
 //! audit log names them, writes counted per object (for duplicates), and when the first
 //! metadata apply and the first pod apply of each Browser were sent and answered.
 
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, PoisonError};
 
@@ -149,17 +150,16 @@ impl RequestLog {
             return None;
         };
         let object = format!("{ns}/{name}");
-        let first = !inner.steps.contains_key(&(step, object.clone()));
-        first.then(|| {
-            inner.steps.insert(
-                (step, object.clone()),
-                Timed {
+        match inner.steps.entry((step, object.clone())) {
+            Entry::Vacant(first) => {
+                first.insert(Timed {
                     sent,
                     answered: None,
-                },
-            );
-            Pending { step, object }
-        })
+                });
+                Some(Pending { step, object })
+            }
+            Entry::Occupied(_) => None,
+        }
     }
 
     /// The answer to a step's first write arrived.
