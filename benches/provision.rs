@@ -888,7 +888,7 @@ impl Ctx<'_> {
                     .collect()
             };
             let (metadata, pod) = (steps(Step::Metadata), steps(Step::Pod));
-            let sent = |steps: &[Option<Timed>]| -> Vec<Option<Instant>> {
+            let sent_at = |steps: &[Option<Timed>]| -> Vec<Option<Instant>> {
                 steps.iter().map(|t| t.map(|t| t.sent)).collect()
             };
             let round_trips = |steps: &[Option<Timed>]| -> Vec<Duration> {
@@ -910,10 +910,10 @@ impl Ctx<'_> {
                 })
                 .collect();
             PathToPod {
-                to_metadata_sent: measure::summarize(since(&sent(&metadata))),
+                to_metadata_sent: measure::summarize(since(&sent_at(&metadata))),
                 metadata_round_trip: measure::summarize(round_trips(&metadata)),
                 metadata_to_pod_sent: measure::summarize(decided),
-                to_pod_sent: measure::summarize(since(&sent(&pod))),
+                to_pod_sent: measure::summarize(since(&sent_at(&pod))),
                 pod_round_trip: measure::summarize(round_trips(&pod)),
             }
         });

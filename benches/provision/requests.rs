@@ -131,14 +131,18 @@ impl RequestLog {
             format!("{} {}", c.verb, c.resource)
         };
         *inner.counts.entry(key.clone()).or_default() += 1;
+        let object = c
+            .namespace
+            .zip(c.name)
+            .map(|(ns, name)| format!("{ns}/{name}"));
         if is_write(&c.verb)
-            && let (Some(ns), Some(name)) = (&c.namespace, &c.name)
+            && let Some(object) = &object
         {
             *inner
                 .writes
                 .entry(key)
                 .or_default()
-                .entry(format!("{ns}/{name}"))
+                .entry(object.clone())
                 .or_default() += 1;
         }
         let step = match (c.verb.as_str(), c.resource.as_str()) {
@@ -146,10 +150,7 @@ impl RequestLog {
             ("apply", "pods") => Step::Pod,
             _ => return None,
         };
-        let (Some(ns), Some(name)) = (c.namespace, c.name) else {
-            return None;
-        };
-        let object = format!("{ns}/{name}");
+        let object = object?;
         match inner.steps.entry((step, object.clone())) {
             Entry::Vacant(first) => {
                 first.insert(Timed {
