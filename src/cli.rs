@@ -276,6 +276,11 @@ pub struct RunArgs {
     #[arg(long, env = "FAILED_BROWSER_RETENTION", default_value = "0", value_parser = duration::parse)]
     pub failed_browser_retention: Duration,
 
+    /// After the API server was unreachable, keep Browsers that ended at least this long past its
+    /// return, so that clients whose watches reconnect later see how they ended.
+    #[arg(long, env = "OUTAGE_RETENTION", default_value = "60s", value_parser = duration::parse)]
+    pub outage_retention: Duration,
+
     // Each reconcile makes its writes in sequence: a burst keeps the API server busy only with
     // many at once; creations get at most a quarter, cleanups an eighth (workers.rs), so that
     // the server is not flooded with them while statuses wait (docs/performance.md).

@@ -78,6 +78,7 @@ impl From<&RunArgs> for Settings {
             max_lifetime: (!args.browser_max_lifetime.is_zero())
                 .then_some(args.browser_max_lifetime),
             failed_retention: args.failed_browser_retention,
+            outage_retention: args.outage_retention,
             policy: args.policy.policy(),
             ..Settings::default()
         }

@@ -496,6 +496,7 @@ mod tests {
         let link = watch::Sender::new(LinkState {
             reachable: true,
             epoch: 0,
+            regained: None,
         });
         let starts = Arc::new(AtomicU32::new(0));
         let errors = Arc::new(AtomicU32::new(0));
@@ -517,6 +518,7 @@ mod tests {
         link.send_replace(LinkState {
             reachable: false,
             epoch: 1,
+            regained: None,
         });
         let lost = stream.next().await.unwrap().unwrap_err();
         assert!(lost.to_string().contains("stopped answering"), "{lost}");
@@ -525,6 +527,7 @@ mod tests {
         link.send_replace(LinkState {
             reachable: true,
             epoch: 2,
+            regained: None,
         });
         assert_eq!(stream.next().await.unwrap().unwrap(), 2, "started anew");
         assert_eq!(

@@ -40,6 +40,8 @@ pub struct LinkState {
     pub reachable: bool,
     /// Moves on at every change of `reachable`.
     pub epoch: u64,
+    /// When the API server last answered again after the link was lost.
+    pub regained: Option<jiff::Timestamp>,
 }
 
 /// The link's state, shared by the client, the watches, `/readyz` and the probe.
@@ -61,6 +63,7 @@ impl Link {
             state: Arc::new(watch::Sender::new(LinkState {
                 reachable: true,
                 epoch: 0,
+                regained: None,
             })),
         }
     }
@@ -83,10 +86,15 @@ impl Link {
         AbortLayer::new(self.subscribe())
     }
 
-    fn publish(&self, reach: &Reach) {
+    fn publish(&self, reach: &Reach, change: Change) {
+        let regained = match change {
+            Change::Regained => Some(jiff::Timestamp::now()),
+            Change::Lost => self.state().regained,
+        };
         self.state.send_replace(LinkState {
             reachable: reach.reachable(),
             epoch: reach.epoch(),
+            regained,
         });
     }
 
@@ -156,7 +164,7 @@ impl Link {
                     }
                     next = tokio::time::Instant::now() + reach.next_probe(timeout).0;
                     metrics.api_reachable(reach.reachable());
-                    self.publish(&reach);
+                    self.publish(&reach, change);
                 }
             }
         }

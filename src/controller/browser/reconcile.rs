@@ -141,6 +141,7 @@ async fn after_refusal(
         browser: &view.browser,
         pod: view.pod(),
         now: Timestamp::now(),
+        link_regained: scope.shared.link.state().regained,
     };
     let plan = match failure {
         Some(failure) => decide::rejected(&observed, &scope.shared.settings, failure),
@@ -240,6 +241,7 @@ async fn reconcile_inner(scope: &Scope, ns: &str, name: &str) -> Result<Action, 
     let pods_api = scope.api(&shared.kinds.pod, ns);
     let browsers_api = scope.api(&shared.kinds.browser, ns);
     let now = Timestamp::now();
+    let link_regained = shared.link.state().regained;
     let schema = shared.schemas.current();
     // Rendered at most once, however often the decision is taken.
     let mut rendered: Option<PodCreation> = None;
@@ -248,6 +250,7 @@ async fn reconcile_inner(scope: &Scope, ns: &str, name: &str) -> Result<Action, 
             browser: &view.browser,
             pod: view.pod(),
             now,
+            link_regained,
         };
         decide::decide(&observed, &shared.settings, || {
             rendered
@@ -357,6 +360,7 @@ async fn finish(
                     browser: &view.browser,
                     pod: view.pod(),
                     now: Timestamp::now(),
+                    link_regained: shared.link.state().regained,
                 };
                 let rejected = decide::rejected(&observed, &shared.settings, failure);
                 execute_failure(scope, ns, name, view, &rejected).await

@@ -229,6 +229,7 @@ mod tests {
                                     browser: &browser,
                                     pod: Some(pod),
                                     now: now.parse().unwrap(),
+                                    link_regained: None,
                                 };
                                 decide::decide(&observed, &Settings::default(), || {
                                     unreachable!("the pod exists")

@@ -37,6 +37,10 @@ pub struct Observed<'a> {
     pub browser: &'a DynamicObject,
     pub pod: Option<&'a Value>,
     pub now: Timestamp,
+    /// When the operator's link to the API server last came back after it was lost (a
+    /// restart of the API server, a partition): other clients' watches were likely cut too,
+    /// and relist on their own schedule.
+    pub link_regained: Option<Timestamp>,
 }
 
 impl Observed<'_> {
@@ -417,7 +421,10 @@ fn set_status(plan: &mut Plan, obs: &Observed, desired: BrowserStatus) {
 }
 
 /// A Browser already `Failed` or `Succeeded`: make sure the pod goes, keep the Browser
-/// visible for the retention, then delete it and release the finalizer. A pod still
+/// visible for the retention, and after a lost link until the watchers that reconnect late
+/// could see how it ended (a client that relists after its deletion learns only that it is
+/// gone: the hub then waits out its whole startup timeout), then delete it and release the
+/// finalizer. A pod still
 /// terminating within its deletion timeout keeps the finalizer: the deletion path waits
 /// for it and forces it after the timeout, so no pod outlives its Browser (a pod on a dead
 /// node would otherwise stay Terminating with nobody to force it).
@@ -443,7 +450,10 @@ fn terminal(obs: &Observed, settings: &Settings) -> Plan {
         }
     }
     let since = status::ready_since(obs.status()).unwrap_or_else(|| obs.created());
-    let keep_until = after(since, settings.failed_retention);
+    let mut keep_until = after(since, settings.failed_retention);
+    if let Some(regained) = obs.link_regained {
+        keep_until = keep_until.max(after(regained, settings.outage_retention));
+    }
     if obs.now < keep_until {
         plan.requeue_at(obs.now, keep_until);
         return plan;
@@ -558,6 +568,7 @@ mod tests {
                 browser: b,
                 pod: p,
                 now: t(now),
+                link_regained: None,
             },
             settings,
             rendered,
@@ -576,6 +587,7 @@ mod tests {
             browser: &b,
             pod: Some(&p),
             now: t("2026-11-22T10:00:05Z"),
+            link_regained: None,
         };
         let plan = abandoned(&obs, "limit is 3145728");
         assert!(plan.delete_browser && plan.release_finalizer);
@@ -649,6 +661,7 @@ mod tests {
             browser: &b,
             pod: None,
             now: t("2026-11-22T10:00:00Z"),
+            link_regained: None,
         };
         let plan = decide(&observed, &Settings::default(), creation);
         assert!(plan.create_pod.is_some());
@@ -669,6 +682,7 @@ mod tests {
                 browser: &b,
                 pod: None,
                 now: t("2026-11-22T10:00:00Z"),
+                link_regained: None,
             },
             &Settings::default(),
             || {
@@ -695,6 +709,7 @@ mod tests {
                 browser: &b,
                 pod: None,
                 now: t("2026-11-22T10:01:00Z"),
+                link_regained: None,
             },
             &Settings::default(),
             no_creation,
@@ -707,6 +722,7 @@ mod tests {
                 browser: &b,
                 pod: None,
                 now: t("2026-11-22T10:01:00Z"),
+                link_regained: None,
             },
             &Settings::default(),
             no_creation,
@@ -885,6 +901,48 @@ mod tests {
     }
 
     #[test]
+    fn after_the_link_came_back_an_ended_browser_stays_until_late_watchers_relisted() {
+        let failed = json!({"phase": "Failed", "reason": "X", "conditions": [
+            {"type": "Ready", "status": "False", "reason": "X", "lastTransitionTime": "2026-11-22T10:00:10Z"}
+        ]});
+        let b = ours().status(failed).object();
+        let p = pod_of(UID).phase("Running").build();
+        let settings = Settings::default();
+        let observed = |pod, now, regained| Observed {
+            browser: &b,
+            pod,
+            now: t(now),
+            link_regained: regained,
+        };
+        let regained = Some(t("2026-11-22T10:00:05Z"));
+        // Failed 5 s after the API server came back: its pod goes at once, the Browser stays
+        // until the watchers that reconnect late (up to a minute) relisted.
+        let plan = decide(
+            &observed(Some(&p), "2026-11-22T10:00:11Z", regained),
+            &settings,
+            no_creation,
+        );
+        assert_eq!(plan.delete_pod.unwrap().grace_seconds, Some(0));
+        assert!(!plan.delete_browser);
+        assert_eq!(plan.requeue_after, Some(Duration::from_secs(54)));
+        let plan = decide(
+            &observed(None, "2026-11-22T10:01:05Z", regained),
+            &settings,
+            no_creation,
+        );
+        assert!(plan.delete_browser && plan.release_finalizer);
+        // Long after the link came back, or without an outage, it goes at once.
+        for regained in [Some(t("2026-11-22T09:00:00Z")), None] {
+            let plan = decide(
+                &observed(None, "2026-11-22T10:00:11Z", regained),
+                &settings,
+                no_creation,
+            );
+            assert!(plan.delete_browser, "{regained:?}");
+        }
+    }
+
+    #[test]
     fn failed_browser_does_not_cut_a_graceful_pod_deletion_short() {
         let failed = ours().failed("ContainerTerminated");
         let b = failed.clone().object();
@@ -994,6 +1052,7 @@ mod tests {
                 browser: &b,
                 pod: None,
                 now: t("2026-11-22T10:00:00Z"),
+                link_regained: None,
             },
             &Settings::default(),
             no_creation,
@@ -1031,6 +1090,7 @@ mod tests {
                 browser: &b,
                 pod: Some(&p),
                 now: t("2026-11-22T10:10:00Z"),
+                link_regained: None,
             },
             &Settings::default(),
             no_creation,
@@ -1154,6 +1214,7 @@ mod tests {
                 browser: &b,
                 pod: None,
                 now: t("2026-11-22T10:00:00Z"),
+                link_regained: None,
             },
             &Settings::default(),
             no_creation,

@@ -20,6 +20,9 @@ pub struct Settings {
     pub deletion_timeout: Duration,
     pub max_lifetime: Option<Duration>,
     pub failed_retention: Duration,
+    /// After the link to the API server came back, a Browser that ended is kept at least this
+    /// long past that moment.
+    pub outage_retention: Duration,
     /// Safety net: a healthy Browser is looked at again after this long even without events.
     pub resync: Duration,
     pub policy: Policy,
@@ -32,6 +35,7 @@ impl Default for Settings {
             deletion_timeout: Duration::from_secs(300),
             max_lifetime: None,
             failed_retention: Duration::ZERO,
+            outage_retention: Duration::from_secs(60),
             resync: Duration::from_secs(3600),
             policy: Policy::default(),
         }
