@@ -145,6 +145,7 @@ async fn the_harness_starts_both_waits_for_readyz_over_tls_and_leaves_nothing_be
         "--etcd-servers=http://127.0.0.1:",
         "--bind-address=127.0.0.1",
         "--advertise-address=127.0.0.1",
+        "--endpoint-reconciler-type=none",
         "--authorization-mode=RBAC",
         "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
         "--service-account-key-file=",

@@ -36,10 +36,12 @@ mod kubectl;
 mod lifecycle;
 mod metrics;
 mod node;
+mod parity;
 mod partition;
 mod prepull;
 mod rbac;
 mod restarts;
+mod stack;
 use testkit as support;
 mod upgrades;
 
@@ -54,18 +56,19 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::ApiResource;
-use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
 
 use browser_controller::api::crd::Layout;
 use browser_controller::api::keys;
 use support::apiserver::{ApiServer, Fault, RequestRecord, ServeHandle};
 use support::controlplane::{self, Assets, ControlPlane};
+use support::history::{Seen, record};
 use support::host::{self, TempDir, die_with_parent, kill, tail};
 use support::images;
 use support::kinds::{browser_resource, config_resource, pod_resource};
 use support::kubelet::{Kubelet, KubeletConfig, KubeletHandle, Script};
 use support::node::{self as real_node, Node, NodeAssets};
+use support::stack::{Stack, StackAssets};
 
 const BIN: &str = env!("CARGO_BIN_EXE_browser-controller");
 /// Longest wait for one condition.
@@ -116,6 +119,8 @@ struct Backend {
     double: Option<(ApiServer, ServeHandle)>,
     plane: Option<ControlPlane>,
     node: Option<Node>,
+    /// The Selenosis stack's binaries, on a real node where `E2E_STACK_ASSETS` names them.
+    stack: Option<StackAssets>,
     image: String,
 }
 
@@ -216,20 +221,31 @@ impl Backend {
             double: Some((server, served)),
             plane: None,
             node: None,
+            stack: None,
             image: "selenium/standalone-chrome:139.0".to_string(),
         }
     }
 
-    /// A control plane from `assets` with a real node from `node` running the pods.
-    async fn node(assets: &Assets, node: &NodeAssets) -> Result<Self, String> {
+    /// A control plane from `assets` with a real node from `node` running the pods, and the
+    /// seleniferous image of `stack` imported there.
+    async fn node(
+        assets: &Assets,
+        node: &NodeAssets,
+        stack: Option<StackAssets>,
+    ) -> Result<Self, String> {
         let images = images::build(&images::cache_dir()).map_err(|e| e.to_string())?;
         let mut be = Self::control_plane(assets).await?;
         let plane = be.plane.as_ref().ok_or("no control plane")?;
-        be.node = Some(
-            Node::start(node, plane, &images)
-                .await
-                .map_err(|e| e.to_string())?,
-        );
+        let started = Node::start(node, plane, &images)
+            .await
+            .map_err(|e| e.to_string())?;
+        if let Some(stack) = &stack {
+            let image = support::stack::seleniferous_image(stack, &images::cache_dir())
+                .map_err(|e| e.to_string())?;
+            started.import(&image).map_err(|e| e.to_string())?;
+        }
+        be.node = Some(started);
+        be.stack = stack;
         be.kind = Kind::Node;
         be.image = images::BUSYBOX.to_string();
         Ok(be)
@@ -258,6 +274,7 @@ impl Backend {
             double: None,
             plane: Some(plane),
             node: None,
+            stack: None,
             image: "selenium/standalone-chrome:139.0".to_string(),
         })
     }
@@ -279,6 +296,7 @@ impl Backend {
             double: None,
             plane: None,
             node: None,
+            stack: None,
             image: std::env::var("E2E_IMAGE").unwrap_or_else(|_| DEFAULT_CLUSTER_IMAGE.into()),
         })
     }
@@ -416,6 +434,9 @@ struct Ctx {
     be: Arc<Backend>,
     ns: String,
     layout: Layout,
+    /// The Go browser-controller's binary, run in the operator's place (a parity run of a
+    /// stack scenario).
+    go: Option<PathBuf>,
     kubelet: Option<KubeletHandle>,
     operator: Mutex<Option<Child>>,
     /// Where the operator serves `/metrics`, once a scenario asked for it.
@@ -437,7 +458,12 @@ impl Drop for Ctx {
 }
 
 impl Ctx {
-    async fn new(be: Arc<Backend>, scenario: &Scenario, index: usize) -> Arc<Self> {
+    async fn new(
+        be: Arc<Backend>,
+        scenario: &Scenario,
+        index: usize,
+        go: Option<PathBuf>,
+    ) -> Arc<Self> {
         // Fresh API servers have no namespaces of earlier runs; an existing cluster may
         // still be deleting them.
         let run = match be.kind {
@@ -466,6 +492,7 @@ impl Ctx {
                 Script::Run,
                 KubeletConfig {
                     namespace: Some(ns.clone()),
+                    every_pod: go.is_some(),
                     ..KubeletConfig::default()
                 },
             )
@@ -487,6 +514,7 @@ impl Ctx {
             be,
             ns,
             layout: scenario.layout,
+            go,
             kubelet,
             operator: Mutex::new(None),
             metrics_port: Mutex::new(None),
@@ -505,6 +533,72 @@ impl Ctx {
     /// Starts the operator binary on this namespace; flags may shorten timeouts.
     fn start_operator(&self, flags: &[&str]) {
         self.start_operator_with(&self.be.operator_kubeconfig, flags);
+    }
+
+    /// Whether the Go browser-controller runs in the operator's place.
+    fn is_go(&self) -> bool {
+        self.go.is_some()
+    }
+
+    /// The operator under test of a parity scenario: this one with `flags`, or the Go
+    /// browser-controller with the admin's identity (its own RBAC lacks pods) and its fixed
+    /// timeouts. The Go controller watches every namespace: its runs are alone.
+    fn start_operator_under_test(&self, flags: &[&str]) {
+        let child = self.spawn_operator_under_test(
+            &self.be.operator_kubeconfig,
+            &Process::default(),
+            flags,
+        );
+        let previous = self.operator.lock().unwrap().replace(child);
+        assert!(previous.is_none(), "one operator per scenario at a time");
+    }
+
+    /// [`Ctx::start_operator_under_test`] as `process` says; `kubeconfig` is this operator's
+    /// (the Go controller always has the admin's); the caller owns the child.
+    fn spawn_operator_under_test(
+        &self,
+        kubeconfig: &Path,
+        process: &Process,
+        flags: &[&str],
+    ) -> Child {
+        let Some(go) = &self.go else {
+            return self.spawn_operator(kubeconfig, process, flags);
+        };
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap();
+        let mut command = Command::new(go);
+        command
+            .args(["--metrics-addr=0", "--health-probe-bind-address=0"])
+            .env("KUBECONFIG", &self.be.admin_kubeconfig)
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(log.try_clone().unwrap()))
+            .stderr(Stdio::from(log));
+        if let Some(uid) = process.uid {
+            use std::os::unix::process::CommandExt;
+            command.uid(uid).gid(uid);
+        }
+        die_with_parent(&mut command)
+            .spawn()
+            .expect("the Go browser-controller starts")
+    }
+
+    /// browser-service of the Selenosis stack, with the admin's identity.
+    fn stack(&self) -> Stack {
+        let assets = self
+            .be
+            .stack
+            .clone()
+            .expect("a stack scenario runs where E2E_STACK_ASSETS is set");
+        Stack::start(
+            assets,
+            &self.be.admin_kubeconfig,
+            self.be.dir.path(),
+            &self.ns,
+        )
+        .unwrap_or_else(|e| panic!("browser-service starts: {e}"))
     }
 
     /// [`Ctx::start_operator`] with another kubeconfig (another identity).
@@ -1194,37 +1288,6 @@ struct Process {
     env: Vec<(String, String)>,
 }
 
-/// One watch event of the recorded history.
-#[derive(Clone, Debug)]
-struct Seen {
-    kind: &'static str,
-    object: Value,
-    at: Instant,
-    deleted: bool,
-}
-
-async fn record(api: Api<DynamicObject>, kind: &'static str, seen: Arc<Mutex<Vec<Seen>>>) {
-    // Resumes across API server restarts within seconds, as the operator's watches do.
-    let mut stream = watcher(api, watcher::Config::default())
-        .backoff(browser_controller::controller::watch::backoff())
-        .boxed();
-    while let Some(event) = stream.next().await {
-        let (obj, deleted) = match event {
-            Ok(watcher::Event::Apply(obj) | watcher::Event::InitApply(obj)) => (obj, false),
-            Ok(watcher::Event::Delete(obj)) => (obj, true),
-            _ => continue,
-        };
-        if let Ok(object) = serde_json::to_value(&obj) {
-            seen.lock().unwrap().push(Seen {
-                kind,
-                object,
-                at: Instant::now(),
-                deleted,
-            });
-        }
-    }
-}
-
 /// The cells of the first row under the header of kubectl's table output.
 fn first_row(out: &str) -> Vec<&str> {
     out.lines()
@@ -1261,6 +1324,12 @@ struct Scenario {
     alone: bool,
     /// Needs a real node: runs there only, and only such scenarios run there.
     node: bool,
+    /// Needs the Selenosis stack (`E2E_STACK_ASSETS`) beside the real node.
+    stack: bool,
+    /// Runs again on a real API server with the Go browser-controller in the operator's place
+    /// where `E2E_GO_CONTROLLER` is set (a parity report); alone, as the Go controller watches
+    /// every namespace.
+    parity: bool,
     /// Changes what the whole API server does (faults, watches, availability, its Pod
     /// schema) or counts its every request: runs on a double of its own, made by this
     /// function, beside the double's other scenarios, and on no other backend.
@@ -1281,6 +1350,8 @@ macro_rules! scenario {
             before_crds: false,
             alone: false,
             node: false,
+            stack: false,
+            parity: false,
             own_double: None,
             run: |cx| Box::pin($m::$f(cx)),
         }
@@ -1493,6 +1564,24 @@ fn scenarios() -> Vec<Scenario> {
             )
         },
         Scenario {
+            alone: true,
+            ..scenario!(partition::a_session_that_ended_while_the_link_was_cut_stays_visible_after_the_heal,
+                true
+            )
+        },
+        parity_scenario(scenario!(
+            parity::parity_operator_sigkill_during_a_burst_nothing_stuck_or_orphaned,
+            true
+        )),
+        parity_scenario(scenario!(
+            parity::parity_api_server_restart_during_a_burst_nothing_stuck_or_orphaned,
+            true
+        )),
+        parity_scenario(scenario!(
+            parity::parity_partition_during_a_burst_nothing_stuck_or_orphaned,
+            true
+        )),
+        Scenario {
             node: true,
             ..scenario!(node::a_real_browser_session_through_the_pod_ip, false)
         },
@@ -1516,7 +1605,38 @@ fn scenarios() -> Vec<Scenario> {
             node: true,
             ..scenario!(node::prepull_daemon_set_pulls_onto_the_real_node, false)
         },
+        stack_scenario(scenario!(stack::stack_webdriver_session_through_the_hub, false)),
+        stack_scenario(scenario!(stack::stack_ten_sessions_at_once_one_pod_each, false)),
+        stack_scenario(scenario!(stack::stack_a_missing_image_reaches_the_client_fast, false)),
+        stack_scenario(scenario!(stack::stack_an_abandoned_session_ends, false)),
+        stack_scenario(scenario!(
+            stack::stack_session_options_reach_the_sidecar_and_loader_variables_are_refused,
+            false
+        )),
+        stack_scenario(scenario!(stack::stack_the_hub_gives_up_first_and_nothing_lingers, false)),
+        stack_scenario(scenario!(stack::stack_browser_ui_lists_a_live_session, false)),
+        stack_scenario(scenario!(stack::stack_a_session_survives_an_api_server_restart, false)),
     ]
+}
+
+/// A scenario of the Selenosis stack: on the real node, alone (Chromium pods are heavy for
+/// two cores, the API server restart concerns every scenario), with a parity run.
+fn stack_scenario(scenario: Scenario) -> Scenario {
+    Scenario {
+        node: true,
+        stack: true,
+        ..parity_scenario(scenario)
+    }
+}
+
+/// A scenario that runs alone and again with the Go browser-controller in the operator's
+/// place.
+fn parity_scenario(scenario: Scenario) -> Scenario {
+    Scenario {
+        alone: true,
+        parity: true,
+        ..scenario
+    }
 }
 
 // ---- the runner ----------------------------------------------------------------------------
@@ -1551,8 +1671,13 @@ struct Tally {
 }
 
 /// Runs one scenario in its own namespace; `Err` holds what to print.
-async fn run_one(be: Arc<Backend>, scenario: &Scenario, index: usize) -> Result<(), String> {
-    let cx = Ctx::new(be.clone(), scenario, index).await;
+async fn run_one(
+    be: Arc<Backend>,
+    scenario: &Scenario,
+    index: usize,
+    go: Option<PathBuf>,
+) -> Result<(), String> {
+    let cx = Ctx::new(be.clone(), scenario, index, go).await;
     let mut task = tokio::spawn((scenario.run)(cx.clone()));
     let outcome = match tokio::time::timeout(SCENARIO_LIMIT, &mut task).await {
         Ok(Ok(())) => Ok(()),
@@ -1595,11 +1720,22 @@ async fn run_one(be: Arc<Backend>, scenario: &Scenario, index: usize) -> Result<
     }
     outcome.map_err(|e| {
         format!(
-            "{e}\n--- operator ({operator}) log (last 60 lines) ---\n{}\n{}",
+            "{e}\n--- operator ({operator}) log (last 60 lines) ---\n{}\n{}{}",
             tail(&cx.log, 60),
+            stack_logs(&be, &cx.ns),
             be.logs()
         )
     })
+}
+
+/// The last lines of the Selenosis components' logs of the scenario in `ns`, if it ran any.
+fn stack_logs(be: &Backend, ns: &str) -> String {
+    ["browser-service", "selenosis", "browser-ui"]
+        .iter()
+        .map(|name| (name, be.dir.join(&format!("{ns}.{name}.log"))))
+        .filter(|(_, log)| log.is_file())
+        .map(|(name, log)| format!("--- {name} (last 30 lines) ---\n{}\n", tail(&log, 30)))
+        .collect()
 }
 
 /// Runs one scenario on a double of its own, with our CRDs of both layouts.
@@ -1613,7 +1749,7 @@ async fn run_on_own_double(
         .await
         .map_err(|e| format!("crds/ on the scenario's own double: {e}"))?;
     let be = Arc::new(be);
-    let result = run_one(be.clone(), scenario, index).await;
+    let result = run_one(be.clone(), scenario, index, None).await;
     if let Ok(be) = Arc::try_unwrap(be) {
         be.stop().await;
     }
@@ -1668,7 +1804,7 @@ async fn run_backend(be: Backend, selected: &[&Scenario], complete: bool, tally:
             continue;
         }
         let t = Instant::now();
-        match run_one(be.clone(), s, 90 + i).await {
+        match run_one(be.clone(), s, 90 + i, None).await {
             Ok(()) => {
                 println!("test {label} ... ok ({:.1}s)", t.elapsed().as_secs_f64());
                 tally.passed += 1;
@@ -1694,7 +1830,7 @@ async fn run_backend(be: Backend, selected: &[&Scenario], complete: bool, tally:
             }
             let t = Instant::now();
             let result = match s.own_double {
-                None => run_one(be, s, i).await,
+                None => run_one(be, s, i, None).await,
                 Some(_) if be.kind != Kind::Double => {
                     println!("test {label} ... skipped (needs a double of its own)");
                     return (label, None);
@@ -1727,8 +1863,16 @@ async fn run_backend(be: Backend, selected: &[&Scenario], complete: bool, tally:
             tally.skipped += 1;
             continue;
         }
+        if s.stack && be.stack.is_none() {
+            println!(
+                "test {label} ... skipped ({} not set)",
+                support::stack::STACK_ASSETS
+            );
+            tally.skipped += 1;
+            continue;
+        }
         let t = Instant::now();
-        match run_one(be.clone(), s, 80 + i).await {
+        match run_one(be.clone(), s, 80 + i, None).await {
             Ok(()) => {
                 println!("test {label} ... ok ({:.1}s)", t.elapsed().as_secs_f64());
                 tally.passed += 1;
@@ -1738,6 +1882,9 @@ async fn run_backend(be: Backend, selected: &[&Scenario], complete: bool, tally:
                 tally.failed.push(label);
             }
         }
+    }
+    if matches!(be.kind, Kind::ControlPlane | Kind::Node) {
+        go_parity(&be, &alone, tally).await;
     }
     println!(
         "{}: {} scenarios in {:.1}s: {} passed, {} failed, {} skipped",
@@ -1769,6 +1916,69 @@ async fn run_backend(be: Backend, selected: &[&Scenario], complete: bool, tally:
         Ok(be) => be.stop().await,
         Err(_) => println!("warning: backend still shared at teardown"),
     }
+}
+
+/// The parity scenarios of this backend again with the Go browser-controller in the
+/// operator's place, one at a time: a report for docs/compatibility.md, not a check of this
+/// operator, so what differs is printed and counted apart from the failures.
+async fn go_parity(be: &Arc<Backend>, scenarios: &[&Scenario], tally: &mut Tally) {
+    let parity: Vec<&&Scenario> = scenarios
+        .iter()
+        .filter(|s| s.parity && (!s.stack || be.stack.is_some()))
+        .collect();
+    if parity.is_empty() {
+        return;
+    }
+    let go = match support::stack::go_controller() {
+        Ok(Some(go)) => go,
+        Ok(None) => {
+            println!(
+                "go-controller parity: skipped ({} not set)",
+                support::stack::GO_CONTROLLER
+            );
+            return;
+        }
+        Err(e) => {
+            println!("go-controller parity: {e}");
+            tally.failed.push("go-controller".into());
+            return;
+        }
+    };
+    let mut same = 0;
+    for (i, s) in parity.iter().enumerate() {
+        let label = format!("{}/go-controller/{}", be.name(), s.name);
+        let t = Instant::now();
+        match run_one(be.clone(), s, 70 + i, Some(go.clone())).await {
+            Ok(()) => {
+                println!("parity {label} ... ok ({:.1}s)", t.elapsed().as_secs_f64());
+                same += 1;
+            }
+            // The first lines say what differs; the logs after them are this operator's
+            // business, not the report's.
+            Err(e) => println!(
+                "parity {label} ... differs ({:.1}s)\n{}",
+                t.elapsed().as_secs_f64(),
+                e.lines().take(6).collect::<Vec<_>>().join("\n")
+            ),
+        }
+    }
+    println!(
+        "{}: go-controller parity: {same} of {} scenarios pass with the Go browser-controller",
+        be.name(),
+        parity.len()
+    );
+}
+
+/// The real node's backend, with the Selenosis stack where its binaries are given.
+async fn node_backend(assets: &Assets, node: &NodeAssets) -> Result<Backend, String> {
+    let stack = support::stack::StackAssets::from_env().map_err(|e| e.to_string())?;
+    if stack.is_none() {
+        println!(
+            "selenosis stack: skipped ({} not set)",
+            support::stack::STACK_ASSETS
+        );
+    }
+    Backend::node(assets, node, stack).await
 }
 
 fn main() -> ExitCode {
@@ -1860,7 +2070,7 @@ fn main() -> ExitCode {
             return;
         }
         match Assets::all_from_env().map(|sets| sets.into_iter().next()) {
-            Ok(Some(assets)) => match Backend::node(&assets, &node_assets).await {
+            Ok(Some(assets)) => match node_backend(&assets, &node_assets).await {
                 Ok(be) => run_backend(be, &selected, complete, &mut tally).await,
                 Err(e) => {
                     println!("node: cannot start: {e}");

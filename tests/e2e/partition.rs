@@ -27,15 +27,15 @@ enum Cut {
 }
 
 /// The operator's way to the API server, which the scenario cuts and heals.
-struct Partition {
-    kubeconfig: PathBuf,
-    process: Process,
+pub(crate) struct Partition {
+    pub(crate) kubeconfig: PathBuf,
+    pub(crate) process: Process,
     cut: Cut,
 }
 
 impl Partition {
     /// `None` (said why) where the backend cannot be partitioned here.
-    async fn new(cx: &Ctx, mark: u32) -> Option<Self> {
+    pub(crate) async fn new(cx: &Ctx, mark: u32) -> Option<Self> {
         match cx.be.kind {
             Kind::Double => {
                 let (_, served) = cx.be.double.as_ref()?;
@@ -87,14 +87,14 @@ impl Partition {
         }
     }
 
-    fn cut(&mut self) {
+    pub(crate) fn cut(&mut self) {
         match &mut self.cut {
             Cut::Proxy(proxy) => proxy.cut(),
             Cut::Packets(drop) => drop.cut().expect("packets dropped"),
         }
     }
 
-    fn heal(&mut self) {
+    pub(crate) fn heal(&mut self) {
         match &mut self.cut {
             Cut::Proxy(proxy) => proxy.heal(),
             Cut::Packets(drop) => drop.heal().expect("packets flow again"),
@@ -112,7 +112,7 @@ impl Partition {
 
 /// How long the operator's link is cut: the 30 s on a real API server; the double
 /// has no kernel timers to outwait, so 10 s show the same.
-fn cut_length(cx: &Ctx) -> Duration {
+pub(crate) fn cut_length(cx: &Ctx) -> Duration {
     if cx.be.kind == Kind::Double {
         Duration::from_secs(10)
     } else {
@@ -122,7 +122,7 @@ fn cut_length(cx: &Ctx) -> Duration {
 
 /// The latest Browser and pod of one name as the history had them.
 #[derive(Default)]
-struct Latest {
+pub(crate) struct Latest {
     browser: Option<Value>,
     browser_deleted: bool,
     pod: Option<Value>,
@@ -154,7 +154,7 @@ impl Latest {
 
     /// Settled and true to its pod: gone, failed with a reason, succeeded, or Running with
     /// its IP while its pod runs with no container ended.
-    fn settled(&self) -> bool {
+    pub(crate) fn settled(&self) -> bool {
         if self.browser_deleted {
             return true;
         }
@@ -183,7 +183,7 @@ impl Latest {
 
 /// The first moment at or after `from` when `check` held for every one of `names` at once, by
 /// the recorded history.
-fn first_moment_all(
+pub(crate) fn first_moment_all(
     cx: &Ctx,
     names: &[String],
     from: Instant,
@@ -542,4 +542,66 @@ pub(crate) async fn partition_of_the_leader_the_standby_takes_over_and_the_old_l
         assert!(!old.is_empty(), "the old leader wrote while it led");
     }
     cx.delete_everything().await;
+}
+
+/// A session ends while the operator's link is cut: once the link is back, the Browser shows
+/// how it ended and stays for `--outage-retention` past the heal, so that a client whose watch
+/// reconnects late (the hub through browser-service, after an API server restart) still
+/// lists it `Failed` instead of finding it gone and waiting out its own timeout.
+pub(crate) async fn a_session_that_ended_while_the_link_was_cut_stays_visible_after_the_heal(
+    cx: Arc<Ctx>,
+) {
+    const RETENTION: Duration = Duration::from_secs(20);
+    let Some(mut partition) = Partition::new(&cx, 0x4e22).await else {
+        return;
+    };
+    let retention = format!("--outage-retention={}s", RETENTION.as_secs());
+    let child = cx.spawn_operator(&partition.kubeconfig, &partition.process, &[&retention]);
+    *cx.operator.lock().unwrap() = Some(child);
+    cx.chrome_config().await;
+    cx.until_config("chrome", "Valid", "True").await;
+    // The sidecar exits 4 s after the pod runs: inside the cut.
+    cx.kubelet().set(
+        "ends",
+        crate::support::kubelet::Script::ExitAfterRunning {
+            container: "seleniferous".into(),
+            exit_code: 1,
+            after: Duration::from_secs(4),
+        },
+    );
+    cx.create_browser("ends", json!({})).await;
+    cx.seen_running("ends").await;
+    partition.cut();
+    let cut_at = Instant::now();
+    tokio::time::sleep_until((cut_at + cut_length(&cx)).into()).await;
+    partition.heal();
+    let healed = Instant::now();
+    let failure = cx.failure_of("ends").await;
+    assert_eq!(failure["reason"], "ContainerTerminated", "{failure}");
+    // A client that relists 5 s after the heal.
+    tokio::time::sleep_until((healed + Duration::from_secs(5)).into()).await;
+    let listed = Ctx::list(&cx.browsers()).await;
+    let late = listed
+        .iter()
+        .find(|b| b["metadata"]["name"] == "ends")
+        .unwrap_or_else(|| panic!("a late list shows the ended Browser: {listed:#?}"));
+    assert_eq!(late["status"]["phase"], "Failed", "{late}");
+    cx.until_gone("ends").await;
+    let deleted = cx
+        .history("Browser", "ends")
+        .iter()
+        .find(|s| s.deleted)
+        .map(|s| s.at)
+        .expect("the Browser seen deleted");
+    println!(
+        "    link cut {:.0}s; the ended Browser deleted {:.1}s after the heal",
+        (healed - cut_at).as_secs_f64(),
+        (deleted - healed).as_secs_f64()
+    );
+    assert!(
+        deleted - healed >= RETENTION - Duration::from_secs(1),
+        "kept {RETENTION:?} past the heal: deleted {:?} after it",
+        deleted - healed
+    );
+    assert_eq!(cx.pod_uids("ends").len(), 1);
 }

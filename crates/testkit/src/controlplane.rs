@@ -314,6 +314,9 @@ impl ControlPlane {
             format!("--secure-port={port}"),
             "--bind-address=127.0.0.1".to_string(),
             "--advertise-address=127.0.0.1".to_string(),
+            // No `kubernetes` Service endpoint: a loopback address is no valid one (1.37 refuses
+            // to start with one; older servers log the refusal every 10 s).
+            "--endpoint-reconciler-type=none".to_string(),
             format!("--cert-dir={}", p(&cert_dir)),
             format!("--tls-cert-file={}", p(&certs.cert)),
             format!("--tls-private-key-file={}", p(&certs.key)),
@@ -400,7 +403,8 @@ impl ControlPlane {
         self.until_ready().await
     }
 
-    fn audit_log(&self) -> PathBuf {
+    /// The audit log's file (written with [`Options::audit`]).
+    pub fn audit_log(&self) -> PathBuf {
         self.dir.join("audit.log")
     }
 

@@ -88,6 +88,10 @@ pub struct KubeletConfig {
     /// Only pods of this namespace (all namespaces when `None`), so that simulators of
     /// concurrent tests sharing one API server leave each other's pods alone.
     pub namespace: Option<String>,
+    /// Every pod of the scope, as a kubelet runs every pod bound to it; otherwise only pods
+    /// with the operator's `app.kubernetes.io/managed-by` label (other operators' pods, such
+    /// as the Go browser-controller's, carry none).
+    pub every_pod: bool,
 }
 
 impl Default for KubeletConfig {
@@ -97,6 +101,7 @@ impl Default for KubeletConfig {
             max_deletion_delay: Duration::from_millis(50),
             deletion: Deletion::AfterGrace,
             namespace: None,
+            every_pod: false,
         }
     }
 }
@@ -235,7 +240,11 @@ async fn run(client: kube::Client, shared: Arc<Shared>) {
         Some(ns) => Api::namespaced_with(client.clone(), ns, &pod_resource()),
         None => Api::all_with(client.clone(), &pod_resource()),
     };
-    let config = watcher::Config::default().labels(&keys::managed_pods_selector());
+    let config = if shared.config.every_pod {
+        watcher::Config::default()
+    } else {
+        watcher::Config::default().labels(&keys::managed_pods_selector())
+    };
     let mut events = watcher(pods, config)
         .backoff(browser_controller::controller::watch::backoff())
         .boxed();

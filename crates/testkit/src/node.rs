@@ -141,8 +141,9 @@ pub fn missing_prerequisites() -> Option<String> {
     None
 }
 
-/// The address of the host on its default route, where the kubelet says it is.
-fn host_ip() -> String {
+/// The address of the host on its default route, where the kubelet says it is and where
+/// pods reach host processes.
+pub fn host_ip() -> String {
     Command::new("ip")
         .args(["-4", "route", "get", "1.1.1.1"])
         .output()
@@ -298,6 +299,13 @@ impl Node {
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
+    }
+
+    /// Imports the image tarball at `tarball` (as `images::pack` makes them) into the node's
+    /// containerd, for pods that never pull.
+    pub fn import(&self, tarball: &Path) -> Result<(), NodeError> {
+        self.ctr(&["images", "import", &tarball.display().to_string()])
+            .map(drop)
     }
 
     fn path(&self, name: &str) -> String {

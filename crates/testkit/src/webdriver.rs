@@ -1,6 +1,7 @@
 //! WebDriver on the real node: the BrowserConfig entry of the Chromium image
 //! ([`crate::images::CHROMIUM`]) with chromedriver on 4444, a busybox stand-in for the seleniferous
-//! sidecar, the capabilities of a headless Chromium session, and one WebDriver command.
+//! sidecar, the capabilities of a headless Chromium session, and one WebDriver command, to
+//! chromedriver in a pod or through a Selenium hub.
 
 use std::net::IpAddr;
 use std::time::Duration;
@@ -56,13 +57,27 @@ pub fn command(
     body: Option<&Value>,
     limit: Duration,
 ) -> Result<Value, String> {
-    let body = body.map(Value::to_string);
-    let (status, text) = host::http_request_at(ip, PORT, method, path, body.as_deref(), limit)
-        .ok_or_else(|| format!("{method} {path}: no answer"))?;
-    let answer: Value =
-        serde_json::from_str(&text).map_err(|e| format!("{method} {path}: {e}: {text}"))?;
+    let (status, answer) = request(ip, PORT, method, path, body, limit)?;
     if status != 200 {
         return Err(format!("{method} {path}: {status}: {answer}"));
     }
     Ok(answer["value"].clone())
+}
+
+/// A WebDriver request to `ip:port` (blocking, at most `limit`), as a Selenium client sends
+/// it: the answer's status and JSON (a body that is no JSON as a JSON string), whatever the
+/// status; `Err` only without an answer.
+pub fn request(
+    ip: IpAddr,
+    port: u16,
+    method: &str,
+    path: &str,
+    body: Option<&Value>,
+    limit: Duration,
+) -> Result<(u16, Value), String> {
+    let body = body.map(Value::to_string);
+    let (status, text) = host::http_request_at(ip, port, method, path, body.as_deref(), limit)
+        .ok_or_else(|| format!("{method} {path}: no answer"))?;
+    let answer = serde_json::from_str(&text).unwrap_or(Value::String(text));
+    Ok((status, answer))
 }

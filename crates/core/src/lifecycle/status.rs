@@ -431,6 +431,36 @@ mod tests {
         );
     }
 
+    /// The Selenosis hub (v2.1) proxies a session only once the Running status it watches also
+    /// shows the `seleniferous` container running: the status that first says `Running`
+    /// carries every container's state, as the kubelet reported it with the pod IP.
+    #[test]
+    fn the_running_status_shows_the_sidecar_running_as_the_hub_waits_for() {
+        let p = s1()
+            .status(json!({"phase": "Running", "podIP": "10.89.0.16", "containerStatuses": [
+                {"name": "browser", "image": "localhost/chromium-driver:e2e", "restartCount": 0, "ready": true,
+                 "state": {"running": {"startedAt": "2026-11-27T20:58:38Z"}}},
+                {"name": "seleniferous", "image": "localhost/seleniferous:e2e", "restartCount": 0, "ready": true,
+                 "state": {"running": {"startedAt": "2026-11-27T20:58:39Z"}}}
+            ]}))
+            .build();
+        let s = StatusBuilder::new(&Value::Null, now())
+            .mirror(&p)
+            .to_value();
+        assert_eq!(
+            (&s["phase"], &s["podIP"]),
+            (&json!("Running"), &json!("10.89.0.16"))
+        );
+        let sidecar = s["containerStatuses"]
+            .as_array()
+            .and_then(|cs| cs.iter().find(|c| c["name"] == "seleniferous"))
+            .expect("the sidecar's status");
+        assert_eq!(
+            sidecar["state"]["running"]["startedAt"],
+            "2026-11-27T20:58:39Z"
+        );
+    }
+
     #[test]
     fn transient_waiting_is_not_a_failure() {
         let p = s1()
