@@ -7,7 +7,8 @@
 //! simulator, the benchmark's own client, and the operator on a Tokio runtime of its own whose
 //! threads are named `operator`: their CPU time is the operator's. Requests of the operator to
 //! the double are served on the benchmark's runtime. With `--operator-binary` the operator is a
-//! process of its own instead.
+//! process of its own instead, and with `--go-controller` the Go browser-controller takes its
+//! place as a process of its own.
 //!
 //! Phases: (1) baseline — N bare pods of the Browsers' shape created with server-side apply at
 //! the same client concurrency; (2) the ideal client — N Browsers provisioned with exactly the
@@ -19,8 +20,16 @@
 
 use testkit as support;
 
+#[path = "provision/audit.rs"]
+mod audit;
 #[path = "provision/cluster.rs"]
 mod cluster;
+#[path = "provision/collector.rs"]
+mod collector;
+#[path = "provision/copied.rs"]
+mod copied;
+#[path = "provision/flavour.rs"]
+mod flavour;
 #[path = "provision/ideal.rs"]
 mod ideal;
 #[path = "provision/measure.rs"]
@@ -58,7 +67,11 @@ use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+use audit::Audit;
 use cluster::Backend;
+use collector::Collector;
+use copied::Copied;
+use flavour::Flavour;
 use ideal::IdealClient;
 use measure::{Cpu, ServerCpu, ServerPids};
 use report::{Baseline, Cost, Flow, Ideal, Idle, IdleMemory, PathToPod, Report, Run, Setup};
@@ -150,6 +163,11 @@ struct Args {
     /// (`KUBEBUILDER_ASSETS` or --kubeconfig).
     #[arg(long, value_name = "PATH")]
     operator_binary: Option<PathBuf>,
+    /// Run this build of the Go browser-controller (the operator Selenosis users run today)
+    /// as a separate process in the operator's place, measured by the same phases on the same
+    /// server; needs a real API server like --operator-binary. It watches every namespace.
+    #[arg(long, value_name = "PATH", conflicts_with = "operator_binary")]
+    go_controller: Option<PathBuf>,
     /// Passed by `cargo bench` to every bench binary; ignored.
     #[arg(long, hide = true)]
     bench: bool,
@@ -228,7 +246,10 @@ struct Plan {
     warm_phase: bool,
     namespace: String,
     kubeconfig: Option<PathBuf>,
+    /// The binary run as a process of its own (ours, or the Go controller's: `flavour`);
+    /// `None`: ours in this process.
     operator_binary: Option<PathBuf>,
+    flavour: Flavour,
     smoke: bool,
 }
 
@@ -256,7 +277,15 @@ impl From<&Args> for Plan {
             warm_phase: args.warm_phase,
             namespace: args.namespace.clone(),
             kubeconfig: args.kubeconfig.clone(),
-            operator_binary: args.operator_binary.clone(),
+            operator_binary: args
+                .operator_binary
+                .clone()
+                .or_else(|| args.go_controller.clone()),
+            flavour: if args.go_controller.is_some() {
+                Flavour::Go
+            } else {
+                Flavour::Ours
+            },
             smoke: args.smoke,
         };
         if args.smoke {
@@ -286,17 +315,26 @@ fn main() -> ExitCode {
 fn run(args: &Args) -> Result<(), BenchError> {
     let mut plan = Plan::from(args);
     if let Some(binary) = &plan.operator_binary {
+        let flag = match plan.flavour {
+            Flavour::Ours => "--operator-binary",
+            Flavour::Go => "--go-controller",
+        };
         if plan.kubeconfig.is_none() && !matches!(Assets::from_env(), Ok(Some(_))) {
-            return Err(BenchError::Flags(
-                "--operator-binary runs the operator against a real API server: set KUBEBUILDER_ASSETS or --kubeconfig".into(),
-            ));
+            return Err(BenchError::Flags(format!(
+                "{flag} runs the operator against a real API server: set KUBEBUILDER_ASSETS or --kubeconfig"
+            )));
         }
         if !binary.is_file() {
             return Err(BenchError::Flags(format!(
-                "--operator-binary {}: no such file",
+                "{flag} {}: no such file",
                 binary.display()
             )));
         }
+    }
+    if plan.flavour == Flavour::Go && plan.max_workers.is_some() {
+        return Err(BenchError::Flags(
+            "--max-workers: the Go controller has no such flag (it reconciles one Browser at a time)".into(),
+        ));
     }
     let threads = std::thread::available_parallelism().map_or(2, usize::from);
     // The operator gets the runtime it would have as a process of its own.
@@ -312,20 +350,34 @@ fn run(args: &Args) -> Result<(), BenchError> {
         .build()?;
     // Without --kubeconfig, the real control plane of the end-to-end suite when
     // KUBEBUILDER_ASSETS names one (spawned from this thread, which outlives the run).
-    let plane = match (&plan.kubeconfig, Assets::from_env()) {
+    // An operator process acts as a user of its own there, whose writes the audit log
+    // tells apart.
+    let process = plan.operator_binary.is_some();
+    let (plane, identity) = match (&plan.kubeconfig, Assets::from_env()) {
         (None, Ok(Some(assets))) => {
-            let plane = bench_rt.block_on(start_control_plane(&assets))?;
+            let plane = bench_rt.block_on(start_control_plane(&assets, process))?;
             plan.kubeconfig = Some(plane.admin_kubeconfig());
-            Some(plane)
+            let identity = if process {
+                Some(bench_rt.block_on(audit::grant(&plane, plan.flavour))?)
+            } else {
+                None
+            };
+            (Some(plane), identity)
         }
         (None, Err(e)) => return Err(BenchError::Fixture(e.to_string())),
-        _ => None,
+        _ => (None, None),
     };
     // The API server's CPU is only known when this process started it.
     let server = plane
         .as_ref()
         .and_then(|plane| ServerPids::identify(&plane.pids()));
-    let report = bench_rt.block_on(bench(&plan, operator_rt.handle().clone(), threads, server));
+    let report = bench_rt.block_on(bench(
+        &plan,
+        operator_rt.handle().clone(),
+        threads,
+        server,
+        identity,
+    ));
     operator_rt.shutdown_timeout(Duration::from_secs(1));
     bench_rt.shutdown_timeout(Duration::from_secs(1));
     if let Some(plane) = plane {
@@ -343,10 +395,11 @@ fn run(args: &Args) -> Result<(), BenchError> {
     Ok(())
 }
 
-/// Starts etcd and kube-apiserver from `assets` and installs `crds/`.
-async fn start_control_plane(assets: &Assets) -> Result<ControlPlane, BenchError> {
+/// Starts etcd and kube-apiserver from `assets`, with the audit log of pod and Browser writes
+/// when `audit`, and installs `crds/`.
+async fn start_control_plane(assets: &Assets, audit: bool) -> Result<ControlPlane, BenchError> {
     println!("starting kube-apiserver and etcd from KUBEBUILDER_ASSETS");
-    let plane = ControlPlane::start(assets)
+    let plane = ControlPlane::start_with(assets, controlplane::Options { audit })
         .await
         .map_err(|e| BenchError::Fixture(format!("control plane: {e}")))?;
     let client = plane
@@ -627,11 +680,6 @@ async fn until(
     }
 }
 
-/// Generous time for a phase over `n` objects on a slow machine.
-fn phase_timeout(n: usize) -> Duration {
-    Duration::from_secs(60) + Duration::from_millis(50) * n as u32
-}
-
 /// Runs `op(i)` for `i` in `0..n`, at most `concurrency` at once, starting them at `rate`
 /// per second (all at once without a rate); returns when each was sent and answered.
 async fn fan_out<F, Fut>(
@@ -675,9 +723,23 @@ struct Ctx<'a> {
     /// kube-apiserver and etcd, when the benchmark started them.
     server: Option<ServerPids>,
     kubelet: KubeletHandle,
+    /// The operator process's writes, when the benchmark started the API server.
+    audit: Option<Audit>,
+    /// The garbage collector's stand-in, for an operator that relies on one.
+    collector: Option<Collector>,
 }
 
 impl Ctx<'_> {
+    /// Generous time for a phase over `n` objects on a slow machine.
+    fn phase_timeout(&self, n: usize) -> Duration {
+        Duration::from_secs(60) + self.plan.flavour.pace() * n as u32
+    }
+
+    /// Now in the audit log, when there is one.
+    fn audit_mark(&self) -> Result<Option<audit::Mark>, BenchError> {
+        self.audit.as_ref().map(Audit::mark).transpose()
+    }
+
     fn browsers(&self) -> Api<DynamicObject> {
         Api::namespaced_with(
             self.client.clone(),
@@ -692,6 +754,10 @@ impl Ctx<'_> {
 
     fn operator_flags(&self) -> Vec<String> {
         let mut flags = Vec::new();
+        // The Go controller takes none of these (--max-workers was refused).
+        if self.plan.flavour == Flavour::Go {
+            return flags;
+        }
         if let Some(n) = self.plan.max_workers {
             flags.push(format!("--max-workers={n}"));
         }
@@ -777,6 +843,49 @@ impl Ctx<'_> {
         Ok(())
     }
 
+    /// Writes the Browsers of `names` as copies of `model`, the way the operator that left it
+    /// Running writes them (creates, and merge patches of the status), and the kubelet
+    /// simulator's running status of each pod.
+    async fn prefill_copies(&self, names: &[String], model: &Copied) -> Result<(), BenchError> {
+        let (browsers, pods) = (self.browsers(), self.pods());
+        fan_out(names.len(), self.plan.concurrency, None, |i| {
+            let (browsers, pods) = (browsers.clone(), pods.clone());
+            let name = names[i].clone();
+            async move {
+                let created = browsers
+                    .create(&PostParams::default(), &model.browser(&name)?)
+                    .await
+                    .map_err(api_error("prefill: create Browser"))?;
+                let mut pod = model.pod(&name, &created.uid().unwrap_or_default())?;
+                pod.annotations_mut()
+                    .insert(support::kubelet::PREFILLED.into(), "true".into());
+                let pod = pods
+                    .create(&PostParams::default(), &pod)
+                    .await
+                    .map_err(api_error("prefill: create pod"))?;
+                let status = support::kubelet::running_pod_status(&pod.data);
+                pods.patch_status(
+                    &name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"status": status})),
+                )
+                .await
+                .map_err(api_error("prefill: pod status"))?;
+                browsers
+                    .patch_status(
+                        &name,
+                        &PatchParams::default(),
+                        &Patch::Merge(model.status(&status)),
+                    )
+                    .await
+                    .map_err(api_error("prefill: Browser status"))?;
+                Ok(())
+            }
+        })
+        .await?;
+        Ok(())
+    }
+
     async fn delete_browsers(&self, names: &[String]) -> Result<(), BenchError> {
         let api = self.browsers();
         fan_out(names.len(), self.plan.concurrency, None, |i| {
@@ -804,7 +913,7 @@ impl Ctx<'_> {
         partial: bool,
     ) -> Result<usize, BenchError> {
         let n = names.len();
-        let deadline = Instant::now() + phase_timeout(n);
+        let deadline = Instant::now() + self.phase_timeout(n);
         let mut last = (0, Instant::now());
         loop {
             let running = self.observer.with(|s| {
@@ -824,7 +933,7 @@ impl Ctx<'_> {
             if partial && running > 0 && (now - last.1 >= STALL || now >= deadline) {
                 return Ok(running);
             }
-            if now >= deadline || (!partial && now - last.1 >= phase_timeout(0)) {
+            if now >= deadline || (!partial && now - last.1 >= self.phase_timeout(0)) {
                 return Err(BenchError::Timeout {
                     what: "Browsers to run".into(),
                     state: format!("{running} of {n} Running"),
@@ -840,7 +949,7 @@ impl Ctx<'_> {
         n: usize,
         alive: impl FnMut() -> Result<(), BenchError>,
     ) -> Result<(), BenchError> {
-        until("deletions", phase_timeout(n), alive, || {
+        until("deletions", self.phase_timeout(n), alive, || {
             let (browsers, pods) = self.observer.with(|s| s.count_live(prefix));
             (browsers + pods > 0).then(|| format!("{browsers} Browsers and {pods} pods left"))
         })
@@ -963,6 +1072,7 @@ async fn bench(
     operator_rt: Handle,
     threads: usize,
     server: Option<ServerPids>,
+    identity: Option<(PathBuf, Audit)>,
 ) -> Result<Report, BenchError> {
     let backend = match &plan.kubeconfig {
         Some(path) => Backend::from_kubeconfig(path).await?,
@@ -979,11 +1089,16 @@ async fn bench(
             }
         }
     };
-    let launch = match (&plan.operator_binary, &plan.kubeconfig) {
+    let (operator_kubeconfig, audit) = match identity {
+        Some((kubeconfig, audit)) => (Some(kubeconfig), Some(audit)),
+        None => (plan.kubeconfig.clone(), None),
+    };
+    let launch = match (&plan.operator_binary, operator_kubeconfig) {
         (Some(binary), Some(kubeconfig)) => Launch::Binary {
             binary: binary.clone(),
-            kubeconfig: kubeconfig.clone(),
+            kubeconfig,
             logs: TempDir::new("bench-operator"),
+            flavour: plan.flavour,
         },
         _ => Launch::InProcess {
             backend: backend.clone(),
@@ -1005,6 +1120,23 @@ async fn bench(
             ..KubeletConfig::default()
         },
     );
+    let collector = plan
+        .flavour
+        .needs_collector()
+        .then(|| Collector::start(client.clone(), &plan.namespace, &kinds));
+    let writes = match &audit {
+        Some(audit) => format!(
+            "the operator's writes to Browsers and pods from kube-apiserver's audit log, by its user {} (duplicates: beyond {})",
+            audit.user(),
+            audit::NEEDED
+        ),
+        None => match plan.flavour {
+            Flavour::Ours => {
+                "the operator's writes from its browser_controller_api_writes_total".to_string()
+            }
+            Flavour::Go => "the operator's writes from its rest_client_requests_total, by method only (every resource)".to_string(),
+        },
+    };
     let ctx = Ctx {
         plan,
         client,
@@ -1013,6 +1145,8 @@ async fn bench(
         observer,
         server,
         kubelet,
+        audit,
+        collector,
     };
     let setup = Setup {
         backend: backend.describe()
@@ -1022,6 +1156,7 @@ async fn bench(
                 ""
             },
         operator: launch.describe(),
+        writes,
         browsers: plan.browsers,
         concurrency: plan.concurrency,
         rate: plan.rate,
@@ -1066,6 +1201,17 @@ async fn bench(
     let config_name = ctx.fixture.config["metadata"]["name"]
         .as_str()
         .unwrap_or_default();
+    // The Go controller's finalizer on the config, which only it removes.
+    if plan.flavour == Flavour::Go {
+        configs
+            .patch(
+                config_name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+            )
+            .await
+            .map_err(api_error("release the BrowserConfig"))?;
+    }
     configs
         .delete(config_name, &DeleteParams::default())
         .await
@@ -1098,12 +1244,14 @@ async fn ensure_namespace(client: &Client, ns: &str) -> Result<(), BenchError> {
 async fn create_config(ctx: &Ctx<'_>, op: &mut Operator) -> Result<(), BenchError> {
     let api: Api<DynamicObject> =
         Api::namespaced_with(ctx.client.clone(), &ctx.plan.namespace, &ctx.kinds.config);
-    let config: DynamicObject = serde_json::from_value(ctx.fixture.config.clone())?;
+    let flavour = ctx.plan.flavour;
+    let config: DynamicObject = serde_json::from_value(flavour.config(&ctx.fixture.config)?)?;
     let name = config.metadata.name.clone().unwrap_or_default();
     api.create(&PostParams::default(), &config)
         .await
         .map_err(api_error("create BrowserConfig"))?;
-    // Browsers wait for a validated config, as they would in a running installation.
+    // Browsers wait for a config the operator has read, as they would in a running
+    // installation.
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         op.check()?;
@@ -1111,19 +1259,16 @@ async fn create_config(ctx: &Ctx<'_>, op: &mut Operator) -> Result<(), BenchErro
             .get(&name)
             .await
             .map_err(api_error("read BrowserConfig"))?;
-        let ready = current.data["status"]["conditions"]
-            .as_array()
-            .is_some_and(|cs| {
-                cs.iter()
-                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
-            });
-        if ready {
+        if flavour.config_read(&current) {
             return Ok(());
         }
         if Instant::now() >= deadline {
             return Err(BenchError::Timeout {
-                what: "the BrowserConfig to be validated".into(),
-                state: current.data["status"].to_string(),
+                what: format!("the {} to read the BrowserConfig", flavour.name()),
+                state: format!(
+                    "finalizers {:?}, status {}",
+                    current.metadata.finalizers, current.data["status"]
+                ),
             });
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -1327,6 +1472,7 @@ async fn provision(ctx: &Ctx<'_>, op: &mut Operator) -> Result<(Run, Cost), Benc
     let names = names("b-", 0..n);
     let server_start = ctx.server_cpu()?;
     let cpu_start = op.cpu()?;
+    let audit_start = ctx.audit_mark()?;
     end_sessions(ctx, &names);
     let created = ctx.create_browsers(&names, ctx.plan.rate).await?;
     if ctx.plan.session_end.is_some() {
@@ -1340,6 +1486,7 @@ async fn provision(ctx: &Ctx<'_>, op: &mut Operator) -> Result<(Run, Cost), Benc
     let cpu_running = op.cpu()?;
     let server_running = ctx.server_cpu()?;
     let metrics_running = op.metrics().await?;
+    let audit_running = ctx.audit_mark()?;
     let flow = ctx.flow(
         &names,
         &created,
@@ -1359,6 +1506,7 @@ async fn provision(ctx: &Ctx<'_>, op: &mut Operator) -> Result<(Run, Cost), Benc
     // Let the last reconciles and events finish before the counters are read.
     settle(op).await?;
     let metrics_end = op.metrics().await?;
+    let audit_end = ctx.audit_mark()?;
 
     let run = Run {
         flow,
@@ -1367,13 +1515,21 @@ async fn provision(ctx: &Ctx<'_>, op: &mut Operator) -> Result<(Run, Cost), Benc
         delete_pods: pods_gone.map(|t| t.saturating_duration_since(delete_start)),
         server_cpu_with_deletion: server_since(server_end, server_start),
     };
-    let mut cost = Cost::from_metrics(&metrics_running, &metrics_end);
+    let ended = ctx.plan.session_end.is_some();
+    let mut cost = Cost::from_metrics(op.flavour(), &metrics_running, &metrics_end);
     cost.requests = op.log().map(RequestLog::counts);
-    cost.duplicates = op
-        .log()
-        .map(|log| log.duplicates(ctx.plan.session_end.is_some()));
+    cost.duplicates = op.log().map(|log| log.duplicates(ended));
+    if let (Some(audit), Some(start), Some(running), Some(end)) =
+        (&ctx.audit, audit_start, audit_running, audit_end)
+    {
+        let all = audit.writes(start, end)?;
+        cost.writes_running.lifecycle = audit::counts(&audit.writes(start, running)?);
+        cost.writes.lifecycle = audit::counts(&all);
+        cost.duplicates = Some(audit::duplicates(&all, ended));
+    }
     cost.cpu_delete = cpu_end.since(&cpu_running);
     cost.memory = op.memory()?;
+    cost.collected = ctx.collector.as_ref().map(Collector::collected);
     Ok((run, cost))
 }
 
@@ -1382,35 +1538,27 @@ async fn provision(ctx: &Ctx<'_>, op: &mut Operator) -> Result<(Run, Cost), Benc
 async fn settle(op: &mut Operator) -> Result<(), BenchError> {
     let deadline = Instant::now() + Duration::from_secs(60);
     let poll = op.poll_interval().max(Duration::from_millis(20));
-    let mut last = activity(op).await?;
+    let flavour = op.flavour();
+    let activity = |text: String| flavour.activity(&text);
+    let mut last = activity(op.metrics().await?);
     let mut stable_since = Instant::now();
     loop {
         op.check()?;
         tokio::time::sleep(poll).await;
-        let current = activity(op).await?;
+        let current = activity(op.metrics().await?);
         if current != last {
             last = current;
             stable_since = Instant::now();
-        } else if current.1 == 0.0 && stable_since.elapsed() >= Duration::from_millis(200) {
+        } else if current.in_flight == 0.0 && stable_since.elapsed() >= Duration::from_millis(200) {
             return Ok(());
         }
         if Instant::now() >= deadline {
             return Err(BenchError::Timeout {
                 what: "the operator to settle".into(),
-                state: format!("{} reconciles, {} in flight", current.0, current.1),
+                state: format!("counters {:?}, {} in flight", last.counters, last.in_flight),
             });
         }
     }
-}
-
-/// Reconciles done, in flight, and writes so far.
-async fn activity(op: &Operator) -> Result<(f64, f64, f64), BenchError> {
-    let text = op.metrics().await?;
-    Ok((
-        measure::sum(&text, "browser_controller_reconciles_total", |_| true),
-        measure::sum(&text, "browser_controller_reconciles_in_flight", |_| true),
-        measure::sum(&text, "browser_controller_api_writes_total", |_| true),
-    ))
 }
 
 /// For each idle size: that many Running Browsers exist; the operator is stopped and started
@@ -1422,14 +1570,28 @@ async fn idle(
 ) -> Result<(Vec<Idle>, Operator), BenchError> {
     let mut results = Vec::new();
     let mut existing = 0;
+    // What the Go controller writes is copied from a Browser it provisioned itself.
+    let mut model = None;
     for &size in &ctx.plan.idle {
-        let more = names("idle-", existing..size);
         let all = names("idle-", 0..size);
         if ctx.plan.prefill {
+            if ctx.plan.flavour == Flavour::Go && model.is_none() {
+                let first = names("idle-", existing..existing + 1);
+                ctx.create_browsers(&first, None).await?;
+                ctx.wait_running(&first, || op.check(), false).await?;
+                settle(&mut op).await?;
+                model = Some(Copied::read(&ctx.browsers(), &ctx.pods(), &first[0]).await?);
+                existing += 1;
+            }
             op.stop().await?;
-            ctx.prefill(&more).await?;
+            let more = names("idle-", existing..size);
+            match &model {
+                Some(model) => ctx.prefill_copies(&more, model).await?,
+                None => ctx.prefill(&more).await?,
+            }
             ctx.wait_running(&all, || Ok(()), false).await?;
         } else {
+            let more = names("idle-", existing..size);
             ctx.create_browsers(&more, None).await?;
             ctx.wait_running(&all, || op.check(), false).await?;
             settle(&mut op).await?;
@@ -1444,9 +1606,10 @@ async fn idle(
         measure::reset_heap_peak();
         let peak_reset = measure::reset_peak_rss();
         let cpu_before = launch.cpu_before_start()?;
+        let audit_start = ctx.audit_mark()?;
         let started = Instant::now();
         op = Operator::start(launch, &ctx.operator_flags()).await?;
-        let deadline = started + phase_timeout(size);
+        let deadline = started + ctx.phase_timeout(size);
         loop {
             op.check()?;
             let (done, in_flight) = op.reconciles().await?;
@@ -1484,7 +1647,10 @@ async fn idle(
         };
         let text = op.metrics().await?;
         let (reconciles_end, _) = op.reconciles().await?;
-        let writes = report::WriteCounts::from_metrics(&text);
+        let mut writes = op.flavour().writes(&text);
+        if let (Some(audit), Some(start)) = (&ctx.audit, audit_start) {
+            writes.lifecycle = audit::counts(&audit.writes(start, audit.mark()?)?);
+        }
         results.push(Idle {
             browsers: size,
             sync,

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use crate::flavour::Flavour;
 use crate::measure::{self, Cpu, Memory, ServerCpu};
 use crate::requests;
 use crate::targets::{self, Figures, Restart, Target};
@@ -13,8 +14,10 @@ use testkit::stats::Summary;
 
 pub struct Setup {
     pub backend: String,
-    /// How the operator runs: in this process or as a separate one.
+    /// Which operator, and how it runs: in this process or as a separate one.
     pub operator: String,
+    /// Where the operator's writes are counted from.
+    pub writes: String,
     pub browsers: usize,
     pub concurrency: usize,
     pub rate: Option<f64>,
@@ -142,7 +145,8 @@ pub struct WriteCounts {
     pub dry_runs: f64,
 }
 
-fn label<'a>(labels: &'a str, key: &str) -> &'a str {
+/// The value of `key` in a metric sample's label set (`""` when absent).
+pub fn label<'a>(labels: &'a str, key: &str) -> &'a str {
     labels
         .split(',')
         .find_map(|kv| kv.strip_prefix(key)?.strip_prefix("=\"")?.strip_suffix('"'))
@@ -205,21 +209,23 @@ pub struct Cost {
     pub cpu_delete: Cpu,
     /// RSS and peak RSS of a separate operator process at the end of the run.
     pub memory: Option<Memory>,
+    /// Pods the garbage collector's stand-in deleted; `None` when it did not run.
+    pub collected: Option<usize>,
 }
 
 impl Cost {
-    pub fn from_metrics(running: &str, end: &str) -> Self {
-        let reconciles =
-            |text: &str| measure::sum(text, "browser_controller_reconciles_total", |_| true);
+    /// From the operator's metrics when the last Browser ran (`running`) and at the end.
+    pub fn from_metrics(flavour: Flavour, running: &str, end: &str) -> Self {
         Cost {
-            writes_running: WriteCounts::from_metrics(running),
-            writes: WriteCounts::from_metrics(end),
-            reconciles_running: reconciles(running),
-            reconciles: reconciles(end),
+            writes_running: flavour.writes(running),
+            writes: flavour.writes(end),
+            reconciles_running: flavour.reconciles(running).0,
+            reconciles: flavour.reconciles(end).0,
             requests: None,
             duplicates: None,
             cpu_delete: Cpu::default(),
             memory: None,
+            collected: None,
         }
     }
 
@@ -459,6 +465,7 @@ impl Report {
         );
         let _ = writeln!(out, "  API server    {}", s.backend);
         let _ = writeln!(out, "  operator      {}", s.operator);
+        let _ = writeln!(out, "  writes        {}", s.writes);
         let _ = writeln!(
             out,
             "  kubelet       simulator, {} per step (bind, Pending, Running)",
@@ -713,7 +720,7 @@ impl Report {
         );
         let _ = writeln!(
             out,
-            "  (duplicates: writes of one verb to one Browser or pod beyond what a session needs: two status applies, one of anything else)"
+            "  (duplicates, from a request log: writes of one verb to one Browser or pod beyond what a session needs: two status applies, one of anything else; from the audit log: see writes above)"
         );
 
         let _ = writeln!(out, "\noperator cost per Browser");
@@ -755,6 +762,12 @@ impl Report {
                 "  operator process memory             RSS {:.1} MiB, peak {:.1} MiB (end of the run)",
                 mib(m.rss as f64),
                 mib(m.peak as f64)
+            );
+        }
+        if let Some(collected) = c.collected {
+            let _ = writeln!(
+                out,
+                "  pods left to the garbage collector  {collected} (deleted by its stand-in once their Browser was gone)"
             );
         }
 
@@ -952,6 +965,7 @@ impl Report {
             "setup": {
                 "api_server": s.backend,
                 "operator": s.operator,
+                "writes_counted_from": s.writes,
                 "browsers": s.browsers,
                 "concurrency": s.concurrency,
                 "rate_per_second": s.rate,
@@ -1015,6 +1029,7 @@ impl Report {
                 "benchmark_process_cpu_ms_until_running": round(op.client_cpu.process.as_secs_f64() * 1000.0 / n),
                 "benchmark_process_cpu_ms_deleting": round(c.cpu_delete.process.as_secs_f64() * 1000.0 / n),
                 "operator_process_memory_bytes": c.memory.map(|m| json!({"rss": m.rss, "peak": m.peak})),
+                "pods_left_to_the_garbage_collector": c.collected,
             },
             "targets": targets,
             "idle": idle,

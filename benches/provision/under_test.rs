@@ -1,6 +1,7 @@
 //! The operator under measurement: in this process on a Tokio runtime of its own (the
 //! default; its requests recorded by its client), or a binary started as a separate process
-//! against the same cluster (`--operator-binary`), read through `/proc` and its `/metrics`.
+//! against the same cluster (`--operator-binary`, or the Go controller with `--go-controller`),
+//! read through `/proc` and its `/metrics`.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -22,6 +23,7 @@ use tokio::time::Instant;
 
 use crate::BenchError;
 use crate::cluster::Backend;
+use crate::flavour::Flavour;
 use crate::measure::{self, Cpu, Memory};
 use crate::requests::RequestLog;
 use crate::support::host::{TempDir, die_with_parent, free_port, kill, tail};
@@ -39,6 +41,7 @@ pub enum Launch {
         binary: PathBuf,
         kubeconfig: PathBuf,
         logs: TempDir,
+        flavour: Flavour,
     },
 }
 
@@ -46,11 +49,23 @@ impl Launch {
     pub fn describe(&self) -> String {
         match self {
             Launch::InProcess { threads, .. } => {
-                format!("in this process, on a Tokio runtime of its own (threads `{threads}`)")
+                format!(
+                    "browser-controller in this process, on a Tokio runtime of its own (threads `{threads}`)"
+                )
             }
-            Launch::Binary { binary, .. } => {
-                format!("separate process {}", binary.display())
-            }
+            Launch::Binary {
+                binary,
+                flavour: Flavour::Ours,
+                ..
+            } => format!("browser-controller, separate process {}", binary.display()),
+            Launch::Binary {
+                binary,
+                flavour: Flavour::Go,
+                ..
+            } => format!(
+                "the Go browser-controller, separate process {} (all namespaces, one reconcile at a time, 20 requests/s per kind)",
+                binary.display()
+            ),
         }
     }
 
@@ -85,12 +100,14 @@ pub struct Process {
     child: Child,
     metrics_port: u16,
     log: PathBuf,
+    flavour: Flavour,
 }
 
 /// How long a started process may take until its `/metrics` answers.
 const PROCESS_START_LIMIT: Duration = Duration::from_secs(60);
 /// How long a stopped process may take to exit gracefully before it is killed: the
-/// operator's default `--shutdown-timeout` (25 s) and a margin.
+/// operator's default `--shutdown-timeout` (25 s; the Go controller's manager waits 30 s) and a
+/// margin.
 const PROCESS_STOP_LIMIT: Duration = Duration::from_secs(35);
 
 impl Operator {
@@ -107,7 +124,8 @@ impl Operator {
                 binary,
                 kubeconfig,
                 logs,
-            } => Process::start(binary, kubeconfig, logs, flags)
+                flavour,
+            } => Process::start(binary, kubeconfig, logs, flags, *flavour)
                 .await
                 .map(Operator::Process),
         }
@@ -129,13 +147,17 @@ impl Operator {
         }
     }
 
-    /// Reconciles run, and running now.
+    /// Which operator this is.
+    pub fn flavour(&self) -> Flavour {
+        match self {
+            Operator::InProcess(_) => Flavour::Ours,
+            Operator::Process(op) => op.flavour,
+        }
+    }
+
+    /// Reconciles of Browsers run, and running now.
     pub async fn reconciles(&self) -> Result<(f64, f64), BenchError> {
-        let text = self.metrics().await?;
-        Ok((
-            measure::sum(&text, "browser_controller_reconciles_total", |_| true),
-            measure::sum(&text, "browser_controller_reconciles_in_flight", |_| true),
-        ))
+        Ok(self.flavour().reconciles(&self.metrics().await?))
     }
 
     /// How often to poll the metrics: a process pays for each scrape.
@@ -251,6 +273,7 @@ impl Process {
         kubeconfig: &Path,
         logs: &TempDir,
         flags: &[String],
+        flavour: Flavour,
     ) -> Result<Self, BenchError> {
         let metrics_port = free_port();
         let log = logs.join(&format!("operator-{metrics_port}.log"));
@@ -272,6 +295,7 @@ impl Process {
             child,
             metrics_port,
             log,
+            flavour,
         };
         let deadline = Instant::now() + PROCESS_START_LIMIT;
         while process.scrape().await.is_err() {
