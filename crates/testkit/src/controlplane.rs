@@ -136,6 +136,8 @@ pub struct ControlPlane {
     apiserver: Mutex<Option<Child>>,
     /// The binary and flags of kube-apiserver, for a restart.
     apiserver_command: (PathBuf, Vec<String>),
+    /// Those of etcd, likewise.
+    etcd_command: (PathBuf, Vec<String>),
     pub url: String,
     dir: TempDir,
 }
@@ -264,6 +266,7 @@ impl ControlPlane {
             etcd: Mutex::new(None),
             apiserver: Mutex::new(None),
             apiserver_command: (assets.kube_apiserver.clone(), Vec::new()),
+            etcd_command: (assets.etcd.clone(), Vec::new()),
             url: String::new(),
             dir,
         };
@@ -291,6 +294,7 @@ impl ControlPlane {
             etcd_args.push(format!("{progress}=1s"));
         }
         *lock(&plane.etcd) = Some(spawn(&assets.etcd, &etcd_args, &plane.etcd_log())?);
+        plane.etcd_command.1 = etcd_args;
         plane
             .wait("etcd", || {
                 http_get(client_port, "/health")
@@ -400,6 +404,18 @@ impl ControlPlane {
         }
         let (binary, args) = &self.apiserver_command;
         *self.apiserver_child() = Some(spawn(binary, args, &self.apiserver_log())?);
+        self.until_ready().await
+    }
+
+    /// Kills etcd (SIGKILL: no shutdown, as when its machine dies) and starts it again with the
+    /// same flags and data. Returns once kube-apiserver is ready again. Spawns from the calling
+    /// thread.
+    pub async fn restart_etcd(&self) -> Result<(), ControlPlaneError> {
+        if let Some(mut etcd) = lock(&self.etcd).take() {
+            kill(&mut etcd);
+        }
+        let (binary, args) = &self.etcd_command;
+        *lock(&self.etcd) = Some(spawn(binary, args, &self.etcd_log())?);
         self.until_ready().await
     }
 
@@ -514,12 +530,22 @@ impl ControlPlane {
         path: &Path,
         impersonate: Option<&str>,
     ) -> Result<(), ControlPlaneError> {
+        self.write_kubeconfig_via(path, &self.url, impersonate)
+    }
+
+    /// [`ControlPlane::write_kubeconfig`] reaching the API server at `url` (a proxy in front
+    /// of it on loopback: the serving certificate names 127.0.0.1).
+    pub fn write_kubeconfig_via(
+        &self,
+        path: &Path,
+        url: &str,
+        impersonate: Option<&str>,
+    ) -> Result<(), ControlPlaneError> {
         let act_as = impersonate
             .map(|user| format!("    as: \"{user}\"\n"))
             .unwrap_or_default();
         let config = format!(
             "apiVersion: v1\nkind: Config\nclusters:\n- name: e2e\n  cluster:\n    server: {url}\n    certificate-authority: {ca}\ncontexts:\n- name: e2e\n  context:\n    cluster: e2e\n    user: e2e\n    namespace: default\ncurrent-context: e2e\nusers:\n- name: e2e\n  user:\n    token: {ADMIN_TOKEN}\n{act_as}",
-            url = self.url,
             ca = self.dir.join("ca.crt").display(),
         );
         write(path, &config)

@@ -25,6 +25,16 @@ pub struct Seen {
 
 /// Records every event of `api`'s watch into `seen` as `kind`, until the task is dropped.
 pub async fn record(api: Api<DynamicObject>, kind: &'static str, seen: Arc<Mutex<Vec<Seen>>>) {
+    record_with(api, kind, seen, |_| {}).await
+}
+
+/// [`record`], each object cut down by `trim` first: a long run keeps only what it reads.
+pub async fn record_with(
+    api: Api<DynamicObject>,
+    kind: &'static str,
+    seen: Arc<Mutex<Vec<Seen>>>,
+    trim: fn(&mut Value),
+) {
     // Resumes across API server restarts within seconds, as the operator's watches do.
     let mut stream = watcher(api, watcher::Config::default())
         .backoff(browser_controller::controller::watch::backoff())
@@ -73,9 +83,10 @@ pub async fn record(api: Api<DynamicObject>, kind: &'static str, seen: Arc<Mutex
             }
             Err(_) => continue,
         };
-        let Ok(object) = serde_json::to_value(&obj) else {
+        let Ok(mut object) = serde_json::to_value(&obj) else {
             continue;
         };
+        trim(&mut object);
         let name = obj.metadata.name.clone().unwrap_or_default();
         if deleted {
             live.remove(&name);

@@ -15,6 +15,7 @@ pub mod golden;
 pub mod history;
 pub mod host;
 pub mod images;
+pub mod invariants;
 pub mod kinds;
 pub mod kubelet;
 pub mod markdown;

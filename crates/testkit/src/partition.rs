@@ -1,9 +1,10 @@
 //! Network partitions between the operator and the API server, for tests: connections stay
 //! open and go silent, as when a load balancer fails over or conntrack state is lost.
 //!
-//! - [`SilentProxy`] stands between the operator and the API server double: once cut, every
+//! - [`SilentProxy`] stands between the operator and the API server: once cut, every
 //!   connection through it (those open then and those made until the heal) stays open and
-//!   forwards nothing, ever; after the heal, new connections work. No root needed.
+//!   forwards nothing, ever; after the heal, new connections work. It can also hold every
+//!   chunk of bytes for a while (a slow API server). No root needed.
 //! - [`PacketDrop`] drops the packets of every connection a given uid makes to a port, in
 //!   both directions, with `iptables` (the kernel sees a real partition: unanswered SYNs,
 //!   retransmissions, keep-alive probes). Needs root and `iptables`; every rule it added is
@@ -12,14 +13,17 @@
 use std::net::SocketAddr;
 use std::process::Command;
 
-use tokio::io::AsyncReadExt;
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
-/// A TCP proxy that can be cut off.
+/// A TCP proxy that can be cut off or slowed down.
 pub struct SilentProxy {
     addr: SocketAddr,
     cut: watch::Sender<bool>,
+    delay: watch::Sender<Duration>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -29,18 +33,27 @@ impl SilentProxy {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let cut = watch::Sender::new(false);
-        let cuts = cut.subscribe();
+        let delay = watch::Sender::new(Duration::ZERO);
+        let (cuts, delays) = (cut.subscribe(), delay.subscribe());
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
-                let cuts = cuts.clone();
-                tokio::spawn(relay(client, target, cuts));
+                tokio::spawn(relay(client, target, cuts.clone(), delays.clone()));
             }
         });
-        Ok(Self { addr, cut, task })
+        Ok(Self {
+            addr,
+            cut,
+            delay,
+            task,
+        })
     }
 
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
     }
 
     /// Every connection goes silent for good, and so does each new one until [`Self::heal`].
@@ -51,6 +64,12 @@ impl SilentProxy {
     pub fn heal(&self) {
         self.cut.send_replace(false);
     }
+
+    /// Passes every chunk of bytes on this long after it came, both ways (`ZERO`: at once), as
+    /// a slow or distant API server answers.
+    pub fn slow(&self, delay: Duration) {
+        self.delay.send_replace(delay);
+    }
 }
 
 impl Drop for SilentProxy {
@@ -59,20 +78,62 @@ impl Drop for SilentProxy {
     }
 }
 
-async fn relay(mut client: TcpStream, target: SocketAddr, mut cuts: watch::Receiver<bool>) {
+async fn relay(
+    mut client: TcpStream,
+    target: SocketAddr,
+    mut cuts: watch::Receiver<bool>,
+    delays: watch::Receiver<Duration>,
+) {
     if !*cuts.borrow_and_update() {
-        if let Ok(mut upstream) = TcpStream::connect(target).await {
-            tokio::select! {
-                _ = tokio::io::copy_bidirectional(&mut client, &mut upstream) => return,
-                _ = cuts.wait_for(|cut| *cut) => {}
-            }
-        } else {
+        let Ok(upstream) = TcpStream::connect(target).await else {
             return;
+        };
+        let (mut from_client, mut to_client) = client.split();
+        let (mut from_upstream, mut to_upstream) = upstream.into_split();
+        let ahead = forward(&mut from_client, &mut to_upstream, delays.clone());
+        let back = forward(&mut from_upstream, &mut to_client, delays);
+        tokio::select! {
+            _ = async { tokio::join!(ahead, back) } => return,
+            _ = cuts.wait_for(|cut| *cut) => {}
         }
     }
     // Silent: whatever the client sends is swallowed, nothing comes back, until it closes.
     let mut sink = [0u8; 8192];
     while matches!(client.read(&mut sink).await, Ok(n) if n > 0) {}
+}
+
+/// Copies `from` to `to` until either side closes, each chunk the current delay after it
+/// arrived: latency, not less bandwidth (chunks read meanwhile follow at their own time).
+async fn forward(
+    from: &mut (impl AsyncRead + Unpin),
+    to: &mut (impl AsyncWrite + Unpin),
+    delays: watch::Receiver<Duration>,
+) {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(tokio::time::Instant, Vec<u8>)>();
+    let read = async move {
+        let mut chunk = [0u8; 16 * 1024];
+        loop {
+            match from.read(&mut chunk).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    let due = tokio::time::Instant::now() + *delays.borrow();
+                    if tx.send((due, chunk[..n].to_vec())).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+    };
+    let write = async {
+        while let Some((due, bytes)) = rx.recv().await {
+            tokio::time::sleep_until(due).await;
+            if to.write_all(&bytes).await.is_err() {
+                break;
+            }
+        }
+        let _ = to.shutdown().await;
+    };
+    tokio::join!(read, write);
 }
 
 /// iptables rules that partition one uid's connections to one port.
