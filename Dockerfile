@@ -37,6 +37,7 @@ RUN mkdir -p src benches tests crates/core/src crates/testkit/src \
     && touch src/lib.rs crates/core/src/lib.rs crates/testkit/src/lib.rs \
     && echo 'fn main() {}' > benches/provision.rs \
     && echo 'fn main() {}' > benches/session.rs \
+    && echo 'fn main() {}' > benches/soak.rs \
     && echo 'fn main() {}' > tests/e2e.rs \
     && .ci/build-static "$TARGETARCH" \
     && rm -rf src crates/core/src
