@@ -142,7 +142,7 @@ impl System {
         for ns in [NAMESPACE, LEASE_NAMESPACE] {
             ensure_namespace(&admin, ns).await?;
         }
-        let proxy = SilentProxy::start(target)
+        let proxy = SilentProxy::start_slowable(target)
             .await
             .map_err(SoakError::setup("the proxy"))?;
         let kubeconfig = dir.join("operator.kubeconfig");

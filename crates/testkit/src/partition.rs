@@ -30,6 +30,17 @@ pub struct SilentProxy {
 impl SilentProxy {
     /// Forwards `127.0.0.1:<a free port>` to `target` until cut.
     pub async fn start(target: SocketAddr) -> std::io::Result<Self> {
+        Self::listen(target, false).await
+    }
+
+    /// [`Self::start`], and every connection can be slowed down ([`Self::slow`]). Bytes then
+    /// pass chunk by chunk through a queue, which costs time even unslowed: only for callers
+    /// that slow it.
+    pub async fn start_slowable(target: SocketAddr) -> std::io::Result<Self> {
+        Self::listen(target, true).await
+    }
+
+    async fn listen(target: SocketAddr, slowable: bool) -> std::io::Result<Self> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let cut = watch::Sender::new(false);
@@ -37,7 +48,8 @@ impl SilentProxy {
         let (cuts, delays) = (cut.subscribe(), delay.subscribe());
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
-                tokio::spawn(relay(client, target, cuts.clone(), delays.clone()));
+                let delays = slowable.then(|| delays.clone());
+                tokio::spawn(relay(client, target, cuts.clone(), delays));
             }
         });
         Ok(Self {
@@ -82,19 +94,27 @@ async fn relay(
     mut client: TcpStream,
     target: SocketAddr,
     mut cuts: watch::Receiver<bool>,
-    delays: watch::Receiver<Duration>,
+    delays: Option<watch::Receiver<Duration>>,
 ) {
     if !*cuts.borrow_and_update() {
-        let Ok(upstream) = TcpStream::connect(target).await else {
+        let Ok(mut upstream) = TcpStream::connect(target).await else {
             return;
         };
-        let (mut from_client, mut to_client) = client.split();
-        let (mut from_upstream, mut to_upstream) = upstream.into_split();
-        let ahead = forward(&mut from_client, &mut to_upstream, delays.clone());
-        let back = forward(&mut from_upstream, &mut to_client, delays);
-        tokio::select! {
-            _ = async { tokio::join!(ahead, back) } => return,
-            _ = cuts.wait_for(|cut| *cut) => {}
+        match delays {
+            None => tokio::select! {
+                _ = tokio::io::copy_bidirectional(&mut client, &mut upstream) => return,
+                _ = cuts.wait_for(|cut| *cut) => {}
+            },
+            Some(delays) => {
+                let (mut from_client, mut to_client) = client.split();
+                let (mut from_upstream, mut to_upstream) = upstream.split();
+                let ahead = forward(&mut from_client, &mut to_upstream, delays.clone());
+                let back = forward(&mut from_upstream, &mut to_client, delays);
+                tokio::select! {
+                    _ = async { tokio::join!(ahead, back) } => return,
+                    _ = cuts.wait_for(|cut| *cut) => {}
+                }
+            }
         }
     }
     // Silent: whatever the client sends is swallowed, nothing comes back, until it closes.
@@ -126,7 +146,10 @@ async fn forward(
     };
     let write = async {
         while let Some((due, bytes)) = rx.recv().await {
-            tokio::time::sleep_until(due).await;
+            // Unslowed bytes go on at once: even a timer that is already due costs a tick.
+            if due > tokio::time::Instant::now() {
+                tokio::time::sleep_until(due).await;
+            }
             if to.write_all(&bytes).await.is_err() {
                 break;
             }
