@@ -517,22 +517,7 @@ impl System {
     pub fn pod_creates(&self) -> BTreeMap<String, usize> {
         match &self.server {
             Server::Plane(plane) => plane.pod_creates(NAMESPACE),
-            Server::Double { server, .. } => {
-                let mut creates = BTreeMap::new();
-                for r in server.requests() {
-                    if r.resource == "pods"
-                        && r.subresource.is_none()
-                        && r.namespace.as_deref() == Some(NAMESPACE)
-                        && matches!(r.verb.as_str(), "create" | "patch")
-                        && r.status == 201
-                        && !r.dry_run
-                        && let Some(name) = r.name
-                    {
-                        *creates.entry(name).or_insert(0) += 1;
-                    }
-                }
-                creates
-            }
+            Server::Double { server, .. } => server.pod_creates(NAMESPACE),
         }
     }
 

@@ -305,20 +305,7 @@ impl Backend {
     /// where the backend cannot tell (an existing cluster).
     fn pod_creates(&self, ns: &str) -> Option<BTreeMap<String, usize>> {
         if let Some((server, _)) = &self.double {
-            let mut creates = BTreeMap::new();
-            for r in server.requests() {
-                if r.resource == "pods"
-                    && r.subresource.is_none()
-                    && r.namespace.as_deref() == Some(ns)
-                    && matches!(r.verb.as_str(), "create" | "patch")
-                    && r.status == 201
-                    && !r.dry_run
-                    && let Some(name) = r.name.or_else(|| (r.verb == "create").then(String::new))
-                {
-                    *creates.entry(name).or_insert(0) += 1;
-                }
-            }
-            return Some(creates);
+            return Some(server.pod_creates(ns));
         }
         self.plane.as_ref().map(|p| p.pod_creates(ns))
     }

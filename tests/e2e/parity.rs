@@ -136,27 +136,25 @@ async fn burst_through(cx: &Arc<Ctx>, fault: Fault) {
         left.pods.len(),
         orphans.len(),
     );
+    // The first stuck Browser's and its pod's last recorded status.
+    let last_seen = |kind: &str| {
+        stuck
+            .first()
+            .and_then(|n| cx.history(kind, n).last().cloned())
+            .map(|s| {
+                format!(
+                    "{}{}",
+                    s.object["status"],
+                    if s.deleted { " (deleted)" } else { "" }
+                )
+            })
+            .unwrap_or_default()
+    };
     assert!(
         stuck.is_empty(),
         "stuck: {stuck:?}; the first as last seen: Browser {}, pod {}",
-        stuck
-            .first()
-            .and_then(|n| cx.history("Browser", n).last().cloned())
-            .map(|s| format!(
-                "{}{}",
-                s.object["status"],
-                if s.deleted { " (deleted)" } else { "" }
-            ))
-            .unwrap_or_default(),
-        stuck
-            .first()
-            .and_then(|n| cx.history("Pod", n).last().cloned())
-            .map(|s| format!(
-                "{}{}",
-                s.object["status"],
-                if s.deleted { " (deleted)" } else { "" }
-            ))
-            .unwrap_or_default(),
+        last_seen("Browser"),
+        last_seen("Pod"),
     );
     assert!(twice.is_empty(), "pods created twice: {twice:?}");
     assert!(

@@ -377,6 +377,26 @@ impl ApiServer {
         lock(&self.shared).requests.clone()
     }
 
+    /// How many times each pod of `namespace` was created (a create, or an apply answered 201;
+    /// dry runs store nothing), by the request log: [`crate::controlplane::ControlPlane::pod_creates`]'s
+    /// twin. A create without a name counts under "".
+    pub fn pod_creates(&self, namespace: &str) -> std::collections::BTreeMap<String, usize> {
+        let mut creates = std::collections::BTreeMap::new();
+        for r in self.requests() {
+            if r.resource == "pods"
+                && r.subresource.is_none()
+                && r.namespace.as_deref() == Some(namespace)
+                && matches!(r.verb.as_str(), "create" | "patch")
+                && r.status == 201
+                && !r.dry_run
+                && let Some(name) = r.name.or_else(|| (r.verb == "create").then(String::new))
+            {
+                *creates.entry(name).or_insert(0) += 1;
+            }
+        }
+        creates
+    }
+
     /// The stored object; `ns` is empty for cluster-scoped resources.
     pub fn get(&self, resource: &str, ns: &str, name: &str) -> Option<Value> {
         let state = lock(&self.shared);
