@@ -252,6 +252,11 @@ pub struct RunArgs {
     #[arg(long, env = "API_PROBE_TIMEOUT", default_value = "2s", value_parser = duration::parse)]
     pub api_probe_timeout: Duration,
 
+    /// At start-up, how long an API server that does not answer (restarting, unreachable,
+    /// overloaded) is waited for before the operator exits; `0` exits at the first failure.
+    #[arg(long, env = "STARTUP_TIMEOUT", default_value = "2m", value_parser = duration::parse)]
+    pub startup_timeout: Duration,
+
     /// On SIGTERM/SIGINT, in-flight reconciles get this long to finish before the operator stops anyway.
     #[arg(long, env = "SHUTDOWN_TIMEOUT", default_value = "25s", value_parser = duration::parse)]
     pub shutdown_timeout: Duration,
@@ -441,6 +446,7 @@ mod tests {
         assert_eq!(run.leader_election_retry_period, Duration::from_secs(2));
         assert_eq!(run.shutdown_timeout, Duration::from_secs(25));
         assert_eq!(run.api_probe_timeout, Duration::from_secs(2));
+        assert_eq!(run.startup_timeout, Duration::from_secs(120));
         assert!(!run.enable_prepull);
         assert_eq!(run.prepull_images.images(), HelperImages::default());
     }

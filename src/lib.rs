@@ -3,7 +3,7 @@
 //! decides; the modules of this crate are the edges that talk to the API server and the
 //! network and execute its plans.
 
-pub use browser_controller_core::{api, config, duration, lifecycle, names, pod, prepull};
+pub use browser_controller_core::{api, config, duration, lifecycle, names, pod, prepull, startup};
 
 pub mod cached;
 pub mod check;

@@ -3,7 +3,7 @@
 //! SIGTERM/SIGINT: in-flight reconciles finish (bounded), the Lease is released, the endpoints
 //! stop; a second signal exits at once.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use futures::FutureExt;
@@ -15,6 +15,7 @@ use tokio::sync::watch;
 use tracing::{error, info, warn};
 
 use crate::api::keys;
+use crate::api::kinds::Kinds;
 use crate::cli::{ListenAddr, RunArgs};
 use crate::controller::config::Validation;
 use crate::controller::discovery::{self, DiscoveryError};
@@ -27,6 +28,7 @@ use crate::link::error::{self as api_error, describe};
 use crate::metrics::Metrics;
 use crate::permissions::{self, PermissionError};
 use crate::server::{self, Probes, ServeError};
+use crate::startup::{self, Failure, Next};
 
 /// Why the operator could not start or stopped abnormally.
 #[derive(Debug, thiserror::Error)]
@@ -45,6 +47,13 @@ pub enum RunError {
     #[error("cannot reach the Kubernetes API server at {url}: {error}")]
     Unreachable {
         url: String,
+        #[source]
+        error: Box<RunError>,
+    },
+    /// Start-up waited `--startup-timeout` for an API server that kept failing.
+    #[error("{error} (still failing after --startup-timeout={})", crate::duration::format(*.timeout))]
+    StartupTimeout {
+        timeout: Duration,
         #[source]
         error: Box<RunError>,
     },
@@ -146,6 +155,27 @@ impl RunError {
             cause = e.source();
         }
         false
+    }
+
+    /// Whether a retry may succeed: no answer, a timeout, or an answer of the moment (5xx,
+    /// 429) anywhere in the chain of causes.
+    fn failure(&self) -> Failure {
+        let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(self);
+        while let Some(e) = cause {
+            let of_the_moment = match e.downcast_ref::<kube::Error>() {
+                Some(kube::Error::Api(status)) => status.code >= 500 || status.code == 429,
+                Some(other) => api_error::is_transport(other),
+                None => matches!(
+                    e.downcast_ref::<PermissionError>(),
+                    Some(PermissionError::Timeout(_))
+                ),
+            };
+            if of_the_moment {
+                return Failure::OfTheMoment;
+            }
+            cause = e.source();
+        }
+        Failure::Lasting
     }
 
     /// This error, naming the API server's address when the server could not be reached.
@@ -259,14 +289,79 @@ async fn reconcile_until_stopped(
     }
 }
 
+/// Discovery and the permission check, once: the kinds to watch.
+async fn reach_once(
+    client: &Client,
+    args: &RunArgs,
+    election: Option<&Election>,
+) -> Result<Kinds, RunError> {
+    let kinds = discovery::resolve(
+        client,
+        args.browser_api_group.as_deref(),
+        args.browserconfig_api_group.as_deref(),
+    )
+    .await?;
+    // Fail at start with every missing RBAC rule rather than later inside a watch or a write.
+    let mut needed = permissions::required(&kinds, &args.namespaces);
+    if args.enable_prepull {
+        needed.extend(permissions::prepull(&args.namespaces));
+    }
+    if let Some(election) = election {
+        needed.extend(permissions::lease(&election.namespace));
+    }
+    permissions::check_accesses(client, needed, permissions::CHECK_TIMEOUT).await?;
+    Ok(kinds)
+}
+
+/// [`reach_once`] until it succeeds, a lasting error, `--startup-timeout`, or `stop` (then
+/// `None`). Not ready meanwhile; each failed attempt is logged.
+async fn reach(
+    client: &Client,
+    args: &RunArgs,
+    election: Option<&Election>,
+    stop: Stop,
+) -> Result<Option<Kinds>, RunError> {
+    let began = tokio::time::Instant::now();
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let error = match reach_once(client, args, election).await {
+            Ok(kinds) => return Ok(Some(kinds)),
+            Err(e) => e,
+        };
+        let waited = began.elapsed();
+        match startup::after_failure(error.failure(), attempts, waited, args.startup_timeout) {
+            Next::GiveUp if attempts > 1 => {
+                return Err(RunError::StartupTimeout {
+                    timeout: args.startup_timeout,
+                    error: Box::new(error),
+                });
+            }
+            Next::GiveUp => return Err(error),
+            Next::RetryIn(delay) => {
+                warn!(
+                    error = %error,
+                    retry_in = %crate::duration::format(delay),
+                    "the API server is not answering yet: waiting for it (--startup-timeout)"
+                );
+                tokio::select! {
+                    () = tokio::time::sleep(delay) => {}
+                    () = stop.clone() => return Ok(None),
+                }
+            }
+        }
+    }
+}
+
 /// Runs the operator on `client` until `stop` resolves, recording into `metrics`; used by
 /// `run` and by tests.
 ///
-/// With `--enable-leader-election` the endpoints come up at once and the controllers start
-/// only once this replica holds the Lease. Losing the Lease drops the controllers at once
-/// and returns [`RunError::LostLease`] (the process then exits non-zero and restarts as a
-/// standby). After `stop`, in-flight reconciles get `--shutdown-timeout`, the Lease is
-/// released, then the endpoints stop.
+/// The endpoints come up first: `/healthz` answers while start-up waits for an API server
+/// that is away, and `/readyz` says not ready. With `--enable-leader-election` the
+/// controllers start only once this replica holds the Lease. Losing the Lease drops the
+/// controllers at once and returns [`RunError::LostLease`] (the process then exits non-zero
+/// and restarts as a standby). After `stop`, in-flight reconciles get `--shutdown-timeout`,
+/// the Lease is released, then the endpoints stop.
 pub async fn run_with_client(
     client: Client,
     link: Link,
@@ -276,61 +371,14 @@ pub async fn run_with_client(
 ) -> Result<(), RunError> {
     let stop: Stop = stop.boxed().shared();
     let election = Election::from_args(&args)?;
-    let kinds = discovery::resolve(
-        &client,
-        args.browser_api_group.as_deref(),
-        args.browserconfig_api_group.as_deref(),
-    )
-    .await?;
-    info!(browser = %kinds.browser.api_version, browserconfig = %kinds.browserconfig.api_version, "resolved kinds");
-    // Discovery answered: from here on the link is watched.
-    let probe = tokio::spawn(link.clone().probe(
-        client.clone(),
-        args.api_probe_timeout,
-        metrics.clone(),
-    ));
-    let _probe = AbortOnDrop(probe);
-    // Fail at start with every missing RBAC rule rather than later inside a watch or a write.
-    let mut needed = permissions::required(&kinds, &args.namespaces);
-    if args.enable_prepull {
-        needed.extend(permissions::prepull(&args.namespaces));
-    }
-    if let Some(election) = &election {
-        needed.extend(permissions::lease(&election.namespace));
-    }
-    permissions::check_accesses(&client, needed, permissions::CHECK_TIMEOUT).await?;
-    let instance = std::env::var("POD_NAME")
-        .or_else(|_| std::env::var("HOSTNAME"))
-        .unwrap_or_else(|_| "browser-controller".into());
-    // Before any pod is rendered; without a schema pods go out unpruned.
-    let schemas = Arc::new(PodSchemas::new(client.clone(), SCHEMA_REFETCH_INTERVAL));
-    schemas.load().await;
-    // Events on BrowserConfigs (rare: a refused validation, pre-pull changes) are published
-    // inline.
-    let config_events = Recorder::new(
-        client.clone(),
-        Reporter {
-            controller: keys::MANAGER.into(),
-            instance: Some(instance.clone()),
-        },
-    );
-    let shared = Shared::new(SharedParts {
-        client: client.clone(),
-        link,
-        kinds,
-        settings: Settings::from(&args),
-        max_workers: args.max_workers,
-        metrics: metrics.clone(),
-        schemas,
-        instance,
-    });
     let (role_tx, role) = watch::channel(match election {
         Some(_) => Role::Standby,
         None => Role::Leader,
     });
+    let started = Arc::new(OnceLock::new());
     let probes = Probes {
-        shared: shared.clone(),
-        metrics,
+        started: started.clone(),
+        metrics: metrics.clone(),
         role,
     };
 
@@ -358,18 +406,10 @@ pub async fn run_with_client(
     }
     let servers = futures::future::join_all(servers.into_iter().map(tokio::spawn));
 
-    let work =
-        || reconcile_until_stopped(shared.clone(), config_events.clone(), &args, stop.clone());
-    let result = match &election {
-        None => {
-            work().await;
-            Ok(())
-        }
-        Some(election) => election
-            .lead(&client, &role_tx, stop.clone(), work)
-            .await
-            .map_err(RunError::from),
-    };
+    let result = serve(
+        client, link, &args, metrics, election, role_tx, started, stop,
+    )
+    .await;
 
     let _ = halt_tx.send(true);
     for served in servers.await {
@@ -381,4 +421,70 @@ pub async fn run_with_client(
         info!("stopped");
     }
     result
+}
+
+/// Start-up from discovery on, then the controllers (under the Lease, with leader election)
+/// until `stop`.
+#[allow(clippy::too_many_arguments)]
+async fn serve(
+    client: Client,
+    link: Link,
+    args: &RunArgs,
+    metrics: Arc<Metrics>,
+    election: Option<Election>,
+    role_tx: watch::Sender<Role>,
+    started: Arc<OnceLock<Arc<Shared>>>,
+    stop: Stop,
+) -> Result<(), RunError> {
+    let Some(kinds) = reach(&client, args, election.as_ref(), stop.clone()).await? else {
+        info!("stopped while waiting for the API server");
+        return Ok(());
+    };
+    info!(browser = %kinds.browser.api_version, browserconfig = %kinds.browserconfig.api_version, "resolved kinds");
+    // Discovery answered: from here on the link is watched.
+    let probe = tokio::spawn(link.clone().probe(
+        client.clone(),
+        args.api_probe_timeout,
+        metrics.clone(),
+    ));
+    let _probe = AbortOnDrop(probe);
+    let instance = std::env::var("POD_NAME")
+        .or_else(|_| std::env::var("HOSTNAME"))
+        .unwrap_or_else(|_| "browser-controller".into());
+    // Before any pod is rendered; without a schema pods go out unpruned.
+    let schemas = Arc::new(PodSchemas::new(client.clone(), SCHEMA_REFETCH_INTERVAL));
+    schemas.load().await;
+    // Events on BrowserConfigs (rare: a refused validation, pre-pull changes) are published
+    // inline.
+    let config_events = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: keys::MANAGER.into(),
+            instance: Some(instance.clone()),
+        },
+    );
+    let shared = Shared::new(SharedParts {
+        client: client.clone(),
+        link,
+        kinds,
+        settings: Settings::from(args),
+        max_workers: args.max_workers,
+        metrics,
+        schemas,
+        instance,
+    });
+    let _ = started.set(shared.clone());
+
+    let work =
+        || reconcile_until_stopped(shared.clone(), config_events.clone(), args, stop.clone());
+    match &election {
+        None => {
+            work().await;
+            Ok(())
+        }
+        Some(election) => election
+            .lead(&client, &role_tx, stop.clone(), work)
+            .await
+            .map_err(RunError::from),
+    }
 }

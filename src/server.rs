@@ -4,7 +4,7 @@
 
 use std::io::ErrorKind;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use axum::Router;
 use axum::extract::State;
@@ -35,7 +35,8 @@ pub struct ServeError {
 /// What the endpoints read.
 #[derive(Clone)]
 pub struct Probes {
-    pub shared: Arc<Shared>,
+    /// Set once start-up reached the API server (discovery and the permission check passed).
+    pub started: Arc<OnceLock<Arc<Shared>>>,
     pub metrics: Arc<Metrics>,
     pub role: watch::Receiver<Role>,
 }
@@ -45,11 +46,17 @@ async fn healthz() -> &'static str {
 }
 
 async fn readyz(State(probes): State<Probes>) -> impl IntoResponse {
+    let Some(shared) = probes.started.get() else {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "starting: waiting for the API server",
+        );
+    };
     let role = *probes.role.borrow();
     match role {
         // Ready but idle: a rollout may proceed while this replica waits for the Lease.
         Role::Standby => (StatusCode::OK, "standby: waiting for the leader Lease"),
-        Role::Leader if probes.shared.is_ready() => (StatusCode::OK, "ok"),
+        Role::Leader if shared.is_ready() => (StatusCode::OK, "ok"),
         Role::Leader => (StatusCode::SERVICE_UNAVAILABLE, "caches not synced"),
     }
 }

@@ -251,7 +251,8 @@ async fn an_api_error_shows_the_servers_message_code_and_reason() {
         "InternalError",
         "etcdserver: request timed out",
     ));
-    let (code, stderr) = run_to_exit(&server, "apierror", &[]).await;
+    // Not waited for: the message of the first failure is what this test reads.
+    let (code, stderr) = run_to_exit(&server, "apierror", &["--startup-timeout=0"]).await;
     assert_ne!(code, 0);
     assert!(
         stderr.contains("failed: etcdserver: request timed out (500 InternalError)"),
@@ -275,7 +276,8 @@ async fn an_unreachable_api_server_is_named_with_the_cause() {
         ),
     )
     .unwrap();
-    let (code, stderr) = run_kubeconfig_to_exit(&kubeconfig, &["--log-level=off"]).await;
+    let (code, stderr) =
+        run_kubeconfig_to_exit(&kubeconfig, &["--log-level=off", "--startup-timeout=2s"]).await;
     assert_ne!(code, 0);
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(
@@ -285,5 +287,82 @@ async fn an_unreachable_api_server_is_named_with_the_cause() {
         "{stderr}"
     );
     assert!(stderr.contains("Connection refused"), "{stderr}");
+    assert!(
+        stderr.ends_with("(still failing after --startup-timeout=2s)\n"),
+        "{stderr}"
+    );
     assert!(!stderr.contains("ServiceError"), "{stderr}");
+}
+
+/// A replica that starts while the API server is away (restarting, partitioned) waits for
+/// it, alive and not ready, instead of exiting into a restart loop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_api_server_away_at_start_up_is_waited_for_alive_and_not_ready() {
+    let server = ApiServer::new();
+    for crd in crd::crds(Layout::Default) {
+        server.install_crd(&crd).unwrap();
+    }
+    server.set_unavailable(true);
+    let served = server.serve().await.unwrap();
+    let dir = TempDir::new("away-at-start");
+    let kubeconfig = dir.join("kubeconfig");
+    served.write_kubeconfig(&kubeconfig).unwrap();
+    let health = free_port();
+    let mut child = spawn(
+        &kubeconfig,
+        &[
+            "--metrics-addr=0",
+            &format!("--health-probe-bind-address=127.0.0.1:{health}"),
+            "--log-format=json",
+            "--log-level=warn",
+        ],
+    );
+    let log_path = kubeconfig.with_extension("log");
+    let log = log_path.clone();
+    let waiting = tokio::task::spawn_blocking(move || {
+        wait_for("a warning that start-up waits", &log, || {
+            std::fs::read_to_string(&log)
+                .unwrap_or_default()
+                .contains("waiting for it")
+        });
+        (http_get(health, "/healthz"), http_get(health, "/readyz"))
+    })
+    .await
+    .unwrap();
+    assert_eq!(waiting.0.map(|(s, _)| s), Some(200));
+    let (status, body) = waiting.1.expect("/readyz answers");
+    assert_eq!(
+        (status, body.as_str()),
+        (503, "starting: waiting for the API server")
+    );
+
+    server.set_unavailable(false);
+    let (code, stderr) = tokio::task::spawn_blocking(move || {
+        wait_for("/readyz after the API server came back", &log_path, || {
+            http_get(health, "/readyz").is_some_and(|(s, _)| s == 200)
+        });
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the operator exited while the API server was away"
+        );
+        let pid = child.id().to_string();
+        assert!(
+            Command::new("kill")
+                .args(["-TERM", &pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+        wait_exit(&mut child, &log_path)
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, 0, "{stderr}");
+    let warning = stderr
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|r| r["level"] == "WARN")
+        .expect("a warning per failed attempt");
+    let error = warning["fields"]["error"].as_str().unwrap_or_default();
+    assert!(error.contains("503"), "{warning}");
 }

@@ -1,9 +1,9 @@
 //! The pure core of browser-controller: what the operator decides, as data in and data out.
 //! The kinds and their schemas (`api`), Kubernetes name rules (`names`), BrowserConfig merge,
 //! lookup and validation (`config`), the pod of a Browser (`pod`), the lifecycle decision
-//! and what follows a write's answer (`lifecycle`), and image pre-pull (`prepull`). This
-//! crate has no async runtime, no kube client and no clock: the binary crate talks to the
-//! API server and passes the time in.
+//! and what follows a write's answer (`lifecycle`), image pre-pull (`prepull`), and what
+//! follows a failed start-up step (`startup`). This crate has no async runtime, no kube
+//! client and no clock: the binary crate talks to the API server and passes the time in.
 
 pub mod api;
 pub mod config;
@@ -16,3 +16,4 @@ pub mod manifest;
 pub mod names;
 pub mod pod;
 pub mod prepull;
+pub mod startup;
