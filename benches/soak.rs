@@ -187,7 +187,8 @@ async fn soak(args: &Args, seed: u64) -> Result<bool, SoakError> {
             system.sample().await;
             if Instant::now() >= next_check {
                 let spans = spans(&lock(&done));
-                let judged = invariants::judge(&system.history(), &spans, &bounds, Instant::now());
+                let judged =
+                    system.with_history(|h| invariants::judge(h, &spans, &bounds, Instant::now()));
                 println!(
                     "{} check: {} Browsers, {} ended ({} while the watch was away), {} violations",
                     clock(t0, Instant::now()),
@@ -211,8 +212,7 @@ async fn soak(args: &Args, seed: u64) -> Result<bool, SoakError> {
     loop {
         system.supervise()?;
         system.sample().await;
-        let history = system.history();
-        if nothing_left(&history) || Instant::now() >= drain_until {
+        if system.with_history(nothing_left) || Instant::now() >= drain_until {
             break;
         }
         tokio::time::sleep(Duration::from_millis(500)).await;

@@ -34,8 +34,8 @@ const LEASE: &str = "controller.selenosis.io";
 /// The uid the replicas run as where packets can be dropped (`nobody`).
 const NOBODY: u32 = 65534;
 /// How long a standby may take to hold the Lease after the leader went: the default lease
-/// duration.
-pub const TAKEOVER: Duration = Duration::from_secs(15);
+/// duration, then up to one retry period until it looks again.
+pub const TAKEOVER: Duration = Duration::from_secs(15 + 2);
 /// The pod deletion timeout the replicas run with.
 pub const DELETION_TIMEOUT: Duration = Duration::from_secs(30);
 const OPERATOR: &str = env!("CARGO_BIN_EXE_browser-controller");
@@ -86,12 +86,36 @@ pub struct System {
 /// What the invariants read of an object: its identity and status. A pod's spec and every
 /// object's managed fields would hold most of the soak's memory over half an hour.
 fn slim(object: &mut Value) {
-    if let Some(map) = object.as_object_mut() {
-        map.remove("spec");
+    let Some(map) = object.as_object_mut() else {
+        return;
+    };
+    map.remove("spec");
+    if let Some(meta) = map.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.retain(|k, _| matches!(k.as_str(), "name" | "uid" | "deletionTimestamp"));
     }
-    if let Some(meta) = object["metadata"].as_object_mut() {
-        meta.remove("managedFields");
-        meta.remove("annotations");
+    if let Some(status) = map.get_mut("status").and_then(Value::as_object_mut) {
+        status.retain(|k, _| {
+            matches!(
+                k.as_str(),
+                "phase"
+                    | "reason"
+                    | "message"
+                    | "podIP"
+                    | "containerStatuses"
+                    | "initContainerStatuses"
+            )
+        });
+        for key in ["containerStatuses", "initContainerStatuses"] {
+            for container in status
+                .get_mut(key)
+                .and_then(Value::as_array_mut)
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_object_mut)
+            {
+                container.retain(|k, _| matches!(k.as_str(), "name" | "state" | "lastState"));
+            }
+        }
     }
 }
 
@@ -524,6 +548,12 @@ impl System {
     /// The history so far.
     pub fn history(&self) -> Vec<Seen> {
         lock(&self.history).clone()
+    }
+
+    /// `f` of the recorded history as it is now, without copying it (a copy a minute of a long
+    /// run's history is what grows the soak's own memory).
+    pub fn with_history<R>(&self, f: impl FnOnce(&[Seen]) -> R) -> R {
+        f(&lock(&self.history))
     }
 
     /// The last lines of every replica's log.
