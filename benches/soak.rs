@@ -56,7 +56,8 @@ struct Args {
     /// each a quarter as long as in a full run.
     #[arg(long)]
     smoke: bool,
-    /// Write the report as JSON to this file too.
+    /// Write the report as JSON to this file too; when an invariant broke, the replicas' logs
+    /// go to the directory of the same name ending in `.logs`.
     #[arg(long)]
     json: Option<PathBuf>,
     /// Passed by `cargo bench` to every bench binary; ignored.
@@ -245,6 +246,11 @@ async fn soak(args: &Args, seed: u64) -> Result<bool, SoakError> {
     println!("{}", report.text);
     if !held {
         println!("{}", system.logs(40));
+        if let Some(path) = &args.json {
+            let dir = path.with_extension("logs");
+            system.keep_logs(&dir)?;
+            println!("the replicas' logs are in {}", dir.display());
+        }
     }
     if let Some(path) = &args.json {
         std::fs::write(

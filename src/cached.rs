@@ -17,6 +17,7 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use kube::api::{DynamicObject, TypeMeta};
 use kube::core::{ApiResource, DynamicResourceScope, Resource};
@@ -24,6 +25,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Value, json};
 
 use crate::api::browser::{BrowserSpec, SpecField, StatusView};
+use crate::lifecycle::queue;
 use packed::{Dictionary, Packed};
 
 mod packed;
@@ -192,6 +194,9 @@ pub struct CachedBrowser {
     browser_version: Option<Box<str>>,
     phase: Option<Box<str>>,
     deleting: bool,
+    created: Option<Timestamp>,
+    /// When it started waiting in line for quota, while it waits.
+    queued_since: Option<Timestamp>,
 }
 
 dynamic_resource!(CachedBrowser);
@@ -211,7 +216,11 @@ impl<'de> Deserialize<'de> for CachedBrowser {
         wire.metadata.keep_annotations(true);
         let spec = BrowserSpec::new(&wire.spec);
         let valid = |f| spec.field(f).ok().map(Box::from);
+        let created = wire.metadata.creation_timestamp.as_ref().map(|t| t.0);
         Ok(CachedBrowser {
+            created,
+            queued_since: queue::queued_since(&wire.status, created)
+                .filter(|_| wire.metadata.deletion_timestamp.is_none()),
             browser_name: valid(SpecField::BrowserName),
             browser_version: valid(SpecField::BrowserVersion),
             phase: StatusView::new(&wire.status)
@@ -233,6 +242,8 @@ impl CachedBrowser {
             browser_version: None,
             phase: None,
             deleting: false,
+            created: None,
+            queued_since: None,
             metadata,
         }
     }
@@ -262,6 +273,16 @@ impl CachedBrowser {
     /// `status.phase`, when it is a string.
     pub fn phase(&self) -> Option<&str> {
         self.phase.as_deref()
+    }
+
+    /// `metadata.creationTimestamp`.
+    pub fn created(&self) -> Option<Timestamp> {
+        self.created
+    }
+
+    /// When it started waiting in line for quota, while it waits (and is not being deleted).
+    pub fn queued_since(&self) -> Option<Timestamp> {
+        self.queued_since
     }
 }
 

@@ -277,6 +277,12 @@ pub struct RunArgs {
     #[arg(long, env = "BROWSER_MAX_LIFETIME", default_value = "off", value_parser = duration::parse_off)]
     pub browser_max_lifetime: Duration,
 
+    /// How long a Browser whose pod a ResourceQuota has no room for waits in line before it
+    /// fails with `QuotaExceeded` (`0`: fail at once). Below the Selenosis hub's 3-minute
+    /// startup timeout, so that the client hears why.
+    #[arg(long, env = "QUEUE_TIMEOUT", default_value = "2m", value_parser = duration::parse)]
+    pub queue_timeout: Duration,
+
     /// Keep a Failed Browser visible this long before deleting it (`0`: delete on the next reconcile).
     #[arg(long, env = "FAILED_BROWSER_RETENTION", default_value = "0", value_parser = duration::parse)]
     pub failed_browser_retention: Duration,
@@ -447,6 +453,7 @@ mod tests {
         assert_eq!(run.shutdown_timeout, Duration::from_secs(25));
         assert_eq!(run.api_probe_timeout, Duration::from_secs(2));
         assert_eq!(run.startup_timeout, Duration::from_secs(120));
+        assert_eq!(run.queue_timeout, Duration::from_secs(120));
         assert!(!run.enable_prepull);
         assert_eq!(run.prepull_images.images(), HelperImages::default());
     }

@@ -88,6 +88,7 @@ impl From<&RunArgs> for Settings {
                 .then_some(args.browser_max_lifetime),
             failed_retention: args.failed_browser_retention,
             outage_retention: args.outage_retention,
+            queue_timeout: args.queue_timeout,
             policy: args.policy.policy(),
             ..Settings::default()
         }

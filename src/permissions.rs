@@ -193,6 +193,13 @@ pub fn required(kinds: &Kinds, namespaces: &[String]) -> Vec<Access> {
             ns,
         ));
         out.extend(access(&events, None, &["create", "patch"], ns));
+        // The capacity queue reads whether a quota has room before it creates a pod.
+        out.extend(access(
+            &kinds::resource_quotas(),
+            None,
+            &["list", "watch"],
+            ns,
+        ));
     }
     out
 }
@@ -352,6 +359,8 @@ mod tests {
                 "delete pods in all namespaces",
                 "create events.events.k8s.io in all namespaces",
                 "patch events.events.k8s.io in all namespaces",
+                "list resourcequotas in all namespaces",
+                "watch resourcequotas in all namespaces",
             ]
         );
         assert!(required.iter().all(|a| a.namespace.is_none()));

@@ -160,6 +160,7 @@ fn expected_in_watched_namespaces() -> BTreeSet<Triple> {
             &["get", "list", "watch", "create", "patch", "delete"],
         ),
         triples(&["events.k8s.io"], &["events"], &["create", "patch"]),
+        triples(&[""], &["resourcequotas"], &["list", "watch"]),
     ] {
         expected.extend(set);
     }

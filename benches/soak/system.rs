@@ -556,6 +556,16 @@ impl System {
         f(&lock(&self.history))
     }
 
+    /// Copies every replica's log to `dir` (kept for a run that broke an invariant).
+    pub fn keep_logs(&self, dir: &std::path::Path) -> std::io::Result<()> {
+        std::fs::create_dir_all(dir)?;
+        for replica in lock(&self.replicas).iter() {
+            let name = format!("{}.log", replica.name);
+            std::fs::copy(self.dir.join(&name), dir.join(&name))?;
+        }
+        Ok(())
+    }
+
     /// The last lines of every replica's log.
     pub fn logs(&self, lines: usize) -> String {
         lock(&self.replicas)

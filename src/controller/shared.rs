@@ -65,6 +65,7 @@ impl Shared {
             instance,
         } = parts;
         let events = EventSink::start(client.clone(), instance, metrics.clone());
+        metrics.set_queue_timeout(settings.queue_timeout);
         Arc::new(Self {
             client,
             cached: CachedKinds::new(&kinds),

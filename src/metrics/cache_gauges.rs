@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use jiff::Timestamp;
 use kube::Resource;
 use kube::api::DynamicObject;
 use kube::runtime::reflector::Store;
@@ -63,6 +64,25 @@ fn browser_counts<'a>(
         *counts.entry(labels).or_insert(0) += 1;
     }
     counts
+}
+
+/// Per namespace: the Browsers waiting in line, and the longest wait at `now` in seconds.
+fn queue_counts<'a>(
+    browsers: impl IntoIterator<Item = &'a CachedBrowser>,
+    now: Timestamp,
+) -> (BTreeMap<String, i64>, BTreeMap<String, i64>) {
+    let (mut queued, mut oldest) = (BTreeMap::new(), BTreeMap::new());
+    for browser in browsers {
+        let Some(since) = browser.queued_since() else {
+            continue;
+        };
+        let ns = browser.metadata.namespace.clone().unwrap_or_default();
+        let waited = now.duration_since(since).as_secs().max(0);
+        *queued.entry(ns.clone()).or_insert(0) += 1;
+        let longest = oldest.entry(ns).or_insert(0);
+        *longest = waited.max(*longest);
+    }
+    (queued, oldest)
 }
 
 /// What one namespace's BrowserConfigs offer.
@@ -227,6 +247,33 @@ impl Collector for CacheGauges {
             "browsers",
             "Browsers in the watch cache by namespace, browser, version and phase (phase None: not yet handled).",
             counts.iter().map(|(labels, n)| (labels.clone(), *n)),
+        )?;
+        let (queued, oldest) = queue_counts(browsers.iter().map(AsRef::as_ref), Timestamp::now());
+        encode_gauges(
+            &mut encoder,
+            "browsers_queued",
+            "Browsers waiting in line for quota (status reason Queued), by namespace.",
+            queued.iter().map(|(ns, n)| {
+                (
+                    NamespaceLabels {
+                        namespace: ns.clone(),
+                    },
+                    *n,
+                )
+            }),
+        )?;
+        encode_gauges(
+            &mut encoder,
+            "queue_oldest_wait_seconds",
+            "How long the Browser waiting longest in the namespace's line has waited (whole seconds).",
+            oldest.iter().map(|(ns, s)| {
+                (
+                    NamespaceLabels {
+                        namespace: ns.clone(),
+                    },
+                    *s,
+                )
+            }),
         )?;
         let per_namespace = config_counts(&configs);
         let namespace = |ns: &String| NamespaceLabels {

@@ -10,6 +10,7 @@
 mod cache_gauges;
 
 use crate::lifecycle::lane::Lane;
+use crate::lifecycle::plan::LeftLine;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -64,6 +65,11 @@ struct ResourceLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct EventTypeLabels {
     r#type: &'static str,
 }
@@ -111,6 +117,8 @@ pub struct Metrics {
     pod_create_errors: Family<CodeLabels, Counter>,
     failures: Family<ReasonLabels, Counter>,
     startup: Family<StageLabels, Histogram, fn() -> Histogram>,
+    queue_wait: Family<OutcomeLabels, Histogram, fn() -> Histogram>,
+    queue_timeout: Gauge,
     deletions: Family<ReasonLabels, Counter>,
     watch_errors: Family<ResourceLabels, Counter>,
     watch_restarts: Family<ResourceLabels, Counter>,
@@ -191,6 +199,19 @@ impl Metrics {
             "Browser startup latency by stage: pod_created (Browser created to pod create sent), scheduled (pod created to PodScheduled), running (Browser created to Running with pod IP published)",
             startup.clone(),
         );
+        let queue_wait: Family<OutcomeLabels, Histogram, fn() -> Histogram> =
+            Family::new_with_constructor(startup_histogram);
+        registry.register(
+            "queue_wait_seconds",
+            "How long Browsers waited in line for quota, by how they left it: admitted (got their pod) or timed_out (failed after --queue-timeout)",
+            queue_wait.clone(),
+        );
+        let queue_timeout = Gauge::default();
+        registry.register(
+            "queue_timeout_seconds",
+            "The --queue-timeout the operator runs with (0: Browsers the quota has no room for fail at once)",
+            queue_timeout.clone(),
+        );
         let deletions = Family::<ReasonLabels, Counter>::default();
         registry.register(
             "browser_deletions",
@@ -254,6 +275,8 @@ impl Metrics {
             pod_create_errors,
             failures,
             startup,
+            queue_wait,
+            queue_timeout,
             deletions,
             watch_errors,
             watch_restarts,
@@ -302,6 +325,23 @@ impl Metrics {
                 stage: stage.label(),
             })
             .observe(seconds);
+    }
+
+    /// A Browser left its line for quota ([`LeftLine`]).
+    pub fn left_line(&self, left: LeftLine) {
+        let (outcome, waited) = match left {
+            LeftLine::Admitted(waited) => ("admitted", waited),
+            LeftLine::TimedOut(waited) => ("timed_out", waited),
+        };
+        self.queue_wait
+            .get_or_create(&OutcomeLabels { outcome })
+            .observe(waited.as_secs_f64());
+    }
+
+    /// The `--queue-timeout` in effect.
+    pub fn set_queue_timeout(&self, timeout: Duration) {
+        self.queue_timeout
+            .set(i64::try_from(timeout.as_secs()).unwrap_or(i64::MAX));
     }
 
     /// Counts a Browser the operator let go, labelled by

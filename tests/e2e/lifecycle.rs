@@ -106,7 +106,8 @@ pub(crate) async fn invalid_options_fail_without_a_pod(cx: Arc<Ctx>) {
 }
 
 pub(crate) async fn pod_create_over_quota_fails_with_quota_exceeded(cx: Arc<Ctx>) {
-    cx.start_operator(&[]);
+    // Without the capacity queue: the refusal fails the Browser at once.
+    cx.start_operator(&["--queue-timeout=0"]);
     cx.chrome_config().await;
     // Validated before the quota exists: its dry runs would be refused too.
     cx.until_config("chrome", "Valid", "True").await;
@@ -250,6 +251,44 @@ pub(crate) async fn external_delete_removes_the_pod_then_the_finalizer(cx: Arc<C
             .iter()
             .all(|s| s["phase"] != "Failed")
     );
+}
+
+/// A pod of the operator whose Browser is gone (created in a race with the Browser's deletion,
+/// as the soak found once, or left by a Browser whose finalizer someone removed): no finalizer
+/// sees it go, so the operator deletes it, whether it finds it at start-up or when it appears.
+pub(crate) async fn a_pod_left_without_its_browser_is_deleted(cx: Arc<Ctx>) {
+    let orphan = |name: &str| {
+        json!({
+            "metadata": {
+                "name": name,
+                "labels": {
+                    keys::LABEL_MANAGED_BY: keys::MANAGER,
+                    keys::LABEL_BROWSER: name,
+                },
+                "ownerReferences": [{
+                    "apiVersion": "selenosis.io/v1", "kind": "Browser", "name": name,
+                    "uid": format!("{name}-deleted-browser"), "controller": true,
+                }],
+            },
+            "spec": {"containers": [{"name": "browser", "image": cx.be.image}]},
+        })
+    };
+    cx.create(&pod_resource(), orphan("left1")).await;
+    cx.start_operator(&[]);
+    cx.chrome_config().await;
+    cx.until("the pod found at start-up gone", |s| {
+        s.pod("left1").is_none()
+    })
+    .await;
+    cx.create(&pod_resource(), orphan("left2")).await;
+    cx.until("the pod that appeared gone", |s| s.pod("left2").is_none())
+        .await;
+    // A Browser's own pod is not taken for one: its session runs on.
+    cx.create_browser("kept", json!({})).await;
+    cx.until_running("kept").await;
+    cx.delete_browser("kept").await;
+    cx.until_gone("kept").await;
+    assert_eq!(cx.pod_uids("kept").len(), 1);
 }
 
 pub(crate) async fn pod_stuck_terminating_is_forced_after_the_deletion_timeout(cx: Arc<Ctx>) {

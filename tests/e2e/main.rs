@@ -21,7 +21,8 @@
 //! This file is the test language (backends, one scenario's `Ctx`, waits) and the runner, with
 //! the list of scenarios in [`scenarios`]: its order and its `before_crds`/`alone`/`own_double`
 //! marks are what the runner schedules by. The scenarios live in modules by subject: `lifecycle`
-//! (sessions and every cleanup row), `restarts` (SIGKILL, API server outages), `config`
+//! (sessions and every cleanup row), `queue` (Browsers waiting for quota), `restarts`
+//! (SIGKILL, API server outages), `config`
 //! (configs and the Pod schema), `upgrades` (older CRD sets, both layouts), `rbac` (scope),
 //! `metrics` (the operator's `/metrics`), `compat` (the Go controller's leftovers, other
 //! clients' objects, both layouts), `faults` (what only a double sets up or sees; most of
@@ -39,6 +40,7 @@ mod node;
 mod parity;
 mod partition;
 mod prepull;
+mod queue;
 mod rbac;
 mod restarts;
 mod stack;
@@ -304,10 +306,17 @@ impl Backend {
     /// How many times each pod of `ns` was created, as the API server recorded it; `None`
     /// where the backend cannot tell (an existing cluster).
     fn pod_creates(&self, ns: &str) -> Option<BTreeMap<String, usize>> {
+        self.pod_creates_answered(ns, 201)
+    }
+
+    /// [`Backend::pod_creates`] answered with `code` (403: refused).
+    fn pod_creates_answered(&self, ns: &str, code: u16) -> Option<BTreeMap<String, usize>> {
         if let Some((server, _)) = &self.double {
-            return Some(server.pod_creates(ns));
+            return Some(server.pod_creates_answered(ns, code));
         }
-        self.plane.as_ref().map(|p| p.pod_creates(ns))
+        self.plane
+            .as_ref()
+            .map(|p| p.pod_creates_answered(ns, code))
     }
 
     /// Takes the API server away and back, as a control-plane upgrade does: the double
@@ -1135,6 +1144,56 @@ impl Ctx {
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
 
+    /// A ResourceQuota `e2e` of `pods` pods in this namespace, with its status written as the
+    /// quota controller would (none runs here): [`Ctx::recount_quota`] keeps it current.
+    async fn quota_of_pods(&self, pods: u32) {
+        let quotas = self.api(&resource("", "ResourceQuota", "resourcequotas"));
+        let quota = json!({
+            "apiVersion": "v1", "kind": "ResourceQuota",
+            "metadata": {"name": "e2e", "namespace": self.ns},
+            "spec": {"hard": {"pods": pods.to_string()}},
+        });
+        quotas
+            .patch(
+                "e2e",
+                &PatchParams::apply(controlplane::MANAGER),
+                &Patch::Apply(&quota),
+            )
+            .await
+            .expect("quota created");
+        self.recount_quota().await;
+        // The quota admission reads quotas from an informer: give it the status first.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+
+    /// Writes the `e2e` quota's use as the quota controller does after a pod went: the pods of
+    /// the namespace that are neither terminating nor ended.
+    async fn recount_quota(&self) {
+        let quotas = self.api(&resource("", "ResourceQuota", "resourcequotas"));
+        let quota = quotas.get("e2e").await.expect("the quota");
+        let hard = quota.data["spec"]["hard"]["pods"].clone();
+        let used = Self::list(&self.pods())
+            .await
+            .iter()
+            .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+            .filter(|p| !matches!(p["status"]["phase"].as_str(), Some("Succeeded" | "Failed")))
+            .count();
+        let status =
+            json!({"status": {"hard": {"pods": hard}, "used": {"pods": used.to_string()}}});
+        quotas
+            .patch_status("e2e", &PatchParams::default(), &Patch::Merge(&status))
+            .await
+            .expect("quota status written");
+    }
+
+    /// Pod creates of this namespace the API server refused (403), by its own records; `None`
+    /// where the backend keeps none (an existing cluster).
+    fn refused_pod_creates(&self) -> Option<usize> {
+        self.be
+            .pod_creates_answered(&self.ns, 403)
+            .map(|refused| refused.values().sum())
+    }
+
     /// Runs `browser-controller check` with the admin's kubeconfig (a cluster admin may
     /// impersonate the operator's ServiceAccount): whether it passed, and its report.
     async fn check(&self, args: &[&str]) -> (bool, String) {
@@ -1370,6 +1429,9 @@ fn scenarios() -> Vec<Scenario> {
         scenario!(lifecycle::config_not_found_fails_without_a_pod, false),
         scenario!(lifecycle::invalid_options_fail_without_a_pod, false),
         scenario!(lifecycle::pod_create_over_quota_fails_with_quota_exceeded, false),
+        scenario!(queue::a_full_quota_queues_browsers_and_admits_them_in_creation_order,
+            true
+        ),
         scenario!(lifecycle::pod_create_invalid_fails_with_invalid_pod_spec, false),
         scenario!(lifecycle::pending_too_long_is_force_deleted_with_pod_creation_timeout,
             true
@@ -1382,6 +1444,7 @@ fn scenarios() -> Vec<Scenario> {
         ),
         scenario!(lifecycle::succeeded_pod_makes_a_succeeded_browser, true),
         scenario!(lifecycle::external_delete_removes_the_pod_then_the_finalizer, false),
+        scenario!(lifecycle::a_pod_left_without_its_browser_is_deleted, false),
         scenario!(lifecycle::pod_stuck_terminating_is_forced_after_the_deletion_timeout,
             true
         ),

@@ -427,6 +427,12 @@ impl ControlPlane {
     /// How many times each pod of `namespace` was created (a create, or an apply answered
     /// 201; dry runs store nothing), by the audit log. Empty without [`Options::audit`].
     pub fn pod_creates(&self, namespace: &str) -> BTreeMap<String, usize> {
+        self.pod_creates_answered(namespace, 201)
+    }
+
+    /// How many creates (or applies) of each pod of `namespace`, dry runs left out, the API
+    /// server answered with `code` (201 counts creations, 403 refusals), by the audit log.
+    pub fn pod_creates_answered(&self, namespace: &str, code: u16) -> BTreeMap<String, usize> {
         let mut creates = BTreeMap::new();
         let text = std::fs::read_to_string(self.audit_log()).unwrap_or_default();
         for event in text
@@ -438,7 +444,7 @@ impl ControlPlane {
                 && target["subresource"].is_null()
                 && target["namespace"] == namespace
                 && matches!(event["verb"].as_str(), Some("create" | "patch"))
-                && event["responseStatus"]["code"] == 201
+                && event["responseStatus"]["code"] == code
                 && !event["requestURI"]
                     .as_str()
                     .is_some_and(|uri| uri.contains("dryRun="))

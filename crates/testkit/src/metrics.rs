@@ -11,6 +11,7 @@ use kube::runtime::watcher;
 use serde_json::{Value, json};
 
 use browser_controller::cached::CachedBrowser;
+use browser_controller::lifecycle::plan::LeftLine;
 use browser_controller::metrics::{CacheRegistration, Metrics, Stage};
 
 use super::fixtures::{browser, config};
@@ -44,6 +45,7 @@ pub fn with_every_family() -> (Metrics, Vec<CacheRegistration>) {
     for stage in [Stage::PodCreated, Stage::Scheduled, Stage::Running] {
         metrics.startup(stage, from, to);
     }
+    metrics.left_line(LeftLine::Admitted(std::time::Duration::from_secs(3)));
     let resource = |kind: &str, plural: &str| ApiResource {
         group: "selenosis.io".into(),
         version: "v1".into(),
@@ -55,9 +57,16 @@ pub fn with_every_family() -> (Metrics, Vec<CacheRegistration>) {
         |value: Value| -> DynamicObject { serde_json::from_value(value).expect("a valid object") };
     let mut browsers =
         Writer::<CachedBrowser>::new(std::sync::Arc::new(resource("Browser", "browsers")));
-    let browser = browser("s1").namespace("ns").phase("Running").build();
-    let browser: CachedBrowser = serde_json::from_value(browser).expect("a valid Browser");
-    browsers.apply_watcher_event(&watcher::Event::Apply(browser));
+    let running = browser("s1").namespace("ns").phase("Running").build();
+    let running: CachedBrowser = serde_json::from_value(running).expect("a valid Browser");
+    browsers.apply_watcher_event(&watcher::Event::Apply(running));
+    let waiting = browser("s2")
+        .namespace("ns")
+        .created("2026-01-01T00:00:00Z")
+        .status(json!({"phase": "Pending", "reason": "Queued"}))
+        .build();
+    let waiting: CachedBrowser = serde_json::from_value(waiting).expect("a valid Browser");
+    browsers.apply_watcher_event(&watcher::Event::Apply(waiting));
     let mut configs = Writer::<DynamicObject>::new(resource("BrowserConfig", "browserconfigs"));
     let config = config("chrome")
         .namespace("ns")

@@ -23,6 +23,33 @@ use crate::metrics::{Metrics, Stage};
 /// The resourceVersion that makes a pod apply create-only (see `Target::create_pod`).
 const CREATE_ONLY: &str = "1";
 
+/// Deletes the pod `name` as `delete` says (its UID a precondition); what is still
+/// terminating, `None` once gone (or replaced by another pod of the name).
+pub async fn delete_pod(
+    pods: &Api<DynamicObject>,
+    name: &str,
+    delete: &PodDelete,
+    metrics: &Metrics,
+) -> Result<Option<DynamicObject>, ExecuteError> {
+    let params = DeleteParams {
+        grace_period_seconds: delete.grace_seconds.map(|g| g.max(0) as u32),
+        preconditions: Some(Preconditions {
+            uid: Some(delete.uid.clone()),
+            resource_version: None,
+        }),
+        ..DeleteParams::background()
+    };
+    metrics.write("delete", "pods");
+    match pods.delete(name, &params).await {
+        Ok(either) => Ok(either.left().map(fresh)),
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(None),
+        Err(source) => Err(ExecuteError::Api {
+            write: Write::DeletePod,
+            source,
+        }),
+    }
+}
+
 /// Why executing a plan failed; the reconcile is retried with backoff.
 #[derive(Debug, thiserror::Error)]
 pub enum ExecuteError {
@@ -321,23 +348,7 @@ impl Target<'_> {
 
     /// Returns the pod when it is still terminating (graceful delete), `None` when gone.
     async fn delete_pod(&self, delete: &PodDelete) -> Result<Option<DynamicObject>, ExecuteError> {
-        let params = DeleteParams {
-            grace_period_seconds: delete.grace_seconds.map(|g| g.max(0) as u32),
-            preconditions: Some(Preconditions {
-                uid: Some(delete.uid.clone()),
-                resource_version: None,
-            }),
-            ..DeleteParams::background()
-        };
-        self.metrics.write("delete", "pods");
-        match self.pods.delete(self.name(), &params).await {
-            Ok(either) => Ok(either.left().map(fresh)),
-            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(None),
-            Err(source) => Err(ExecuteError::Api {
-                write: Write::DeletePod,
-                source,
-            }),
-        }
+        delete_pod(self.pods, self.name(), delete, self.metrics).await
     }
 
     async fn delete_browser(&self) -> Result<Deleted, ExecuteError> {

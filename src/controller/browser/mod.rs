@@ -1,20 +1,25 @@
 //! The Browser controller of one scope: its watches, stores, triggers and concurrency, the
 //! kube-runtime pipeline that feeds one reconcile (`reconcile`) and runs its plans
 //! (`execute`); which Browser an event concerns (`triggers`), read-your-writes
-//! (`fresher`), the workers by lane (`workers`) and the reconcile of every Browser after a
-//! list (`bulk`).
+//! (`fresher`), the workers by lane (`workers`), the reconcile of every Browser after a
+//! list (`bulk`), the lines of Browsers waiting for quota (`line`) and the pods left without
+//! their Browser (`orphans`).
 //!
 //! Per watched scope (all namespaces, or each `--namespace`) one Controller runs over:
 //! a Browser reflector (the trigger), a Pod reflector selected by the operator's label,
-//! and a BrowserConfig reflector whose readiness gates reconciles. `managedFields` are
+//! a BrowserConfig reflector whose readiness gates reconciles, and a ResourceQuota reflector
+//! whose changes wake the first Browser waiting in the namespace's line. `managedFields` are
 //! stripped before objects enter a store; pods are cut down to what decisions read.
-//! Every completed list (the first of all three caches, and each relist after a watch
-//! expired or failed) reconciles every Browser of the scope once the list is in the cache,
-//! each handed to the controller as reconciles end (`bulk`).
+//! Every completed list (the first of all four caches, and each relist of the Browsers,
+//! pods or BrowserConfigs after a watch expired or failed) reconciles every Browser of the
+//! scope once the list is in the cache, each handed to the controller as reconciles end
+//! (`bulk`); a relist of the ResourceQuotas wakes only the first of each line.
 
 mod bulk;
 mod execute;
 mod fresher;
+mod line;
+mod orphans;
 mod reconcile;
 mod triggers;
 pub(super) mod workers;
@@ -36,13 +41,14 @@ use super::Shared;
 use super::decoded::{self, Decoded, FromIdentity, Undecodable};
 use super::scope::scoped_api;
 use super::watch::{self, WatchHealth};
-use crate::api::keys;
+use crate::api::{keys, kinds};
 use crate::cached::{CachedBrowser, CachedPod};
 use crate::lifecycle::lane::Lane;
 use crate::lifecycle::rejection::{self, Write};
 use crate::link::error::describe;
 use execute::ExecuteError;
 use fresher::Fresher;
+use line::Lines;
 
 /// Why a reconcile failed; it is retried with per-object exponential backoff.
 #[derive(Debug, thiserror::Error)]
@@ -51,6 +57,12 @@ pub enum ReconcileError {
     Execute(#[from] ExecuteError),
     #[error("reading pod {name}: {}", describe(.source))]
     ReadPod {
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("reading Browser {name}: {}", describe(.source))]
+    ReadBrowser {
         name: String,
         #[source]
         source: kube::Error,
@@ -87,7 +99,7 @@ impl ReconcileError {
     fn kind(&self) -> &'static str {
         match self {
             ReconcileError::Execute(_) => "write",
-            ReconcileError::ReadPod { .. } => "read",
+            ReconcileError::ReadPod { .. } | ReconcileError::ReadBrowser { .. } => "read",
             ReconcileError::StoreClosed(_) => "store",
             ReconcileError::Serialize(_) => "serialize",
             ReconcileError::StaleSchema(_) => "schema",
@@ -109,8 +121,11 @@ pub struct Scope {
     browsers: Store<CachedBrowser>,
     pods: Store<CachedPod>,
     configs: Store<DynamicObject>,
+    quotas: Store<DynamicObject>,
     pods_health: Arc<WatchHealth>,
     configs_health: Arc<WatchHealth>,
+    quotas_health: Arc<WatchHealth>,
+    lines: Arc<Lines>,
     fresher: Arc<Fresher>,
     failures: Arc<Mutex<HashMap<(String, String), u32>>>,
     /// Refusals in a row of each Browser's writes (`rejection::after_refusal`). Apart from
@@ -155,6 +170,24 @@ impl Scope {
         triggers::lane_of(&browser, self.pods.get(&pod_ref).as_deref())
     }
 
+    /// The Browser's namespace as the capacity queue sees it: how many wait in line ahead of
+    /// it, how many created before it are not handled yet, and the namespace's ResourceQuotas.
+    fn line_of(&self, ns: &str, browser: &DynamicObject) -> (usize, usize, Vec<serde_json::Value>) {
+        let (ahead, arriving) = match (&browser.metadata.name, &browser.metadata.creation_timestamp)
+        {
+            (Some(name), Some(created)) => self.lines.ahead(ns, name, created.0),
+            _ => (0, 0),
+        };
+        let quotas = self
+            .quotas
+            .state()
+            .iter()
+            .filter(|q| q.metadata.namespace.as_deref() == Some(ns))
+            .filter_map(|q| serde_json::to_value(q.as_ref()).ok())
+            .collect();
+        (ahead, arriving, quotas)
+    }
+
     /// Counts a refusal of one of the Browser's writes; returns how many in a row.
     fn refused(&self, key: &(String, String)) -> u32 {
         let mut refusals = self.refusals.lock().unwrap_or_else(|e| e.into_inner());
@@ -177,17 +210,20 @@ pub async fn run_scope(
     let fresher = Arc::new(Fresher::default());
     let failures = Arc::new(Mutex::new(HashMap::new()));
 
-    // Each completed list reconciles every Browser of the scope, once each of the three caches
+    // Each completed list reconciles every Browser of the scope, once each of the four caches
     // has listed; retries that grew while the API was away start small again.
+    // Each round also looks at the pods whose Browser the cache lacks (`sweep_orphan`).
     let (listed_tx, listed_rx) = futures::channel::mpsc::unbounded::<()>();
-    let lists = Arc::new(bulk::Lists::new(3));
+    let (orphans_tx, orphans_rx) = futures::channel::mpsc::unbounded::<()>();
+    let lists = Arc::new(bulk::Lists::new(4));
     let listed = |failures: Arc<Mutex<HashMap<(String, String), u32>>>| {
-        let (tx, lists) = (listed_tx.clone(), lists.clone());
+        let (tx, orphans, lists) = (listed_tx.clone(), orphans_tx.clone(), lists.clone());
         let mut first = true;
         move || {
             failures.lock().unwrap_or_else(|e| e.into_inner()).clear();
             if lists.completed(std::mem::take(&mut first)) {
                 let _ = tx.unbounded_send(());
+                let _ = orphans.unbounded_send(());
             }
         }
     };
@@ -195,32 +231,45 @@ pub async fn run_scope(
     let browsers =
         watch::Cache::<CachedBrowser>::new(cached.browser.clone(), shared.watch_health("browsers"));
     let browser_reader = browsers.reader.clone();
-    let forget_deleted = {
-        let (fresher, reader) = (fresher.clone(), browser_reader.clone());
-        move |item: &Result<watcher::Event<CachedBrowser>, watcher::Error>| match item {
-            Ok(watcher::Event::Delete(b)) => {
-                if let (Some(ns), Some(name), Some(uid)) = (
-                    b.metadata.namespace.as_deref(),
-                    b.metadata.name.as_deref(),
-                    b.metadata.uid.as_deref(),
-                ) {
-                    fresher.forget(ns, name, uid);
+    let (wake_tx, wake_rx) = futures::channel::mpsc::unbounded();
+    let lines = Arc::new(Lines::new(cached.browser.clone(), wake_tx));
+    let (candidates_tx, candidates_rx) = futures::channel::mpsc::unbounded::<orphans::Candidate>();
+    // Read-your-writes forgets deleted Browsers; the capacity queue's lines follow the watch; a
+    // deleted Browser's pod, if the pod cache still has one, is looked at (`orphans`).
+    let reflected = {
+        let (fresher, reader, lines) = (fresher.clone(), browser_reader.clone(), lines.clone());
+        let candidates = candidates_tx.clone();
+        move |item: &Result<watcher::Event<CachedBrowser>, watcher::Error>| {
+            let Ok(event) = item else {
+                return;
+            };
+            lines.observe(event);
+            match event {
+                watcher::Event::Delete(b) => {
+                    if let (Some(ns), Some(name), Some(uid)) = (
+                        b.metadata.namespace.as_deref(),
+                        b.metadata.name.as_deref(),
+                        b.metadata.uid.as_deref(),
+                    ) {
+                        fresher.forget(ns, name, uid);
+                        let _ = candidates.unbounded_send((ns.to_string(), name.to_string()));
+                    }
                 }
+                watcher::Event::InitDone => {
+                    let kept = reader.state();
+                    let present: std::collections::HashSet<(&str, &str)> = kept
+                        .iter()
+                        .filter_map(|b| {
+                            Some((
+                                b.metadata.namespace.as_deref()?,
+                                b.metadata.name.as_deref()?,
+                            ))
+                        })
+                        .collect();
+                    fresher.retain(|ns, name| present.contains(&(ns, name)));
+                }
+                _ => {}
             }
-            Ok(watcher::Event::InitDone) => {
-                let kept = reader.state();
-                let present: std::collections::HashSet<(&str, &str)> = kept
-                    .iter()
-                    .filter_map(|b| {
-                        Some((
-                            b.metadata.namespace.as_deref()?,
-                            b.metadata.name.as_deref()?,
-                        ))
-                    })
-                    .collect();
-                fresher.retain(|ns, name| present.contains(&(ns, name)));
-            }
-            _ => {}
         }
     };
     let watched = browsers.watch(
@@ -230,7 +279,7 @@ pub async fn run_scope(
     );
     let browsers = browsers.fill_with(
         decoded::skip_undecodable(watched, undecodable_browsers(shared.clone())),
-        forget_deleted,
+        reflected,
         listed(failures.clone()),
     );
     // Echoes of the operator's own writes trigger nothing: they tell it nothing new.
@@ -262,6 +311,23 @@ pub async fn run_scope(
         ),
         listed(failures.clone()),
     );
+    // A pod whose Browser the cache lacks is looked at (`orphans`).
+    let pods = {
+        let (browsers, kind, candidates) = (
+            browser_reader.clone(),
+            cached.browser.clone(),
+            candidates_tx.clone(),
+        );
+        pods.inspect(move |event| {
+            if let Ok(watcher::Event::Apply(pod)) = event
+                && let Some(browser_ref) = triggers::browser_of_pod(pod, &kind)
+                && browsers.get(&browser_ref).is_none()
+            {
+                let ns = browser_ref.namespace.clone().unwrap_or_default();
+                let _ = candidates.unbounded_send((ns, browser_ref.name));
+            }
+        })
+    };
     let echoes = fresher.clone();
     let pods = watch::live_changes(
         pods.filter(move |e| ready(!e.as_ref().is_ok_and(|e| echoes.pod_echo(e)))),
@@ -286,6 +352,35 @@ pub async fn run_scope(
     );
     let configs = watch::live_changes(configs, true);
 
+    // ResourceQuotas: a change may make room for the first Browser waiting in its namespace's
+    // line; after a relist (it may have missed changes) every line's first looks again. Its
+    // relists reconcile no Browser otherwise.
+    let quota_ar = kinds::resource_quotas();
+    let quotas =
+        watch::Cache::<DynamicObject>::new(quota_ar.clone(), shared.watch_health("resourcequotas"));
+    let (quota_reader, quotas_health) = (quotas.reader.clone(), quotas.health.clone());
+    let watched = quotas.watch(
+        scoped_api::<Decoded<DynamicObject>>(client, ns, &quota_ar),
+        watcher::Config::default().any_semantic(),
+        &shared.link,
+    );
+    let quotas_listed = {
+        let (mut first_list, mut first) = (listed(failures.clone()), true);
+        let lines = lines.clone();
+        move || {
+            if std::mem::take(&mut first) {
+                first_list();
+            } else {
+                lines.wake_firsts();
+            }
+        }
+    };
+    let quotas = quotas.fill(
+        decoded::skip_undecodable(watched, |_| {}).modify(triggers::strip_managed_fields),
+        quotas_listed,
+    );
+    let quotas = watch::live_changes(quotas, true);
+
     // Room for a second reconcile per worker: workers never wait for the next Browser.
     let admission = Arc::new(bulk::Admission::new(2 * shared.workers.total()));
     let every_browser = bulk::every_browser(
@@ -299,21 +394,44 @@ pub async fn run_scope(
         browsers: browser_reader.clone(),
         pods: pod_reader,
         configs: config_reader,
+        quotas: quota_reader,
         pods_health,
         configs_health,
+        quotas_health,
+        lines: lines.clone(),
         fresher,
         failures,
         refusals: Mutex::new(HashMap::new()),
         admission,
     });
 
+    // After each round's lists, every pod whose Browser the cache lacks is looked at.
+    let scans = {
+        let (pods, browsers, kind, candidates) = (
+            scope.pods.clone(),
+            browser_reader.clone(),
+            cached.browser.clone(),
+            candidates_tx.clone(),
+        );
+        orphans_rx.for_each(move |()| {
+            for browser_ref in triggers::pods_without_browser(&pods, &browsers, &kind) {
+                let ns = browser_ref.namespace.clone().unwrap_or_default();
+                let _ = candidates.unbounded_send((ns, browser_ref.name));
+            }
+            ready(())
+        })
+    };
+    let sweeper = futures::future::join(
+        scans,
+        orphans::run(scope.clone(), candidates_rx, candidates_tx),
+    );
     let browser_ar = cached.browser.clone();
     let pod_mapper_ar = cached.browser.clone();
     let waiting_reader = browser_reader.clone();
     // Held until the scope stops: the `browsers` gauge reads this cache at scrape time.
     let _gauge_source = shared.metrics.observe_browsers(browser_reader.clone());
     info!(namespace = ns.unwrap_or("<all>"), "watching Browsers");
-    Controller::for_stream_with(browsers, browser_reader, browser_ar)
+    let controller = Controller::for_stream_with(browsers, browser_reader, browser_ar)
         .watches_stream_with(
             pods,
             move |pod| triggers::browser_of_pod(&pod, &pod_mapper_ar),
@@ -327,7 +445,17 @@ pub async fn run_scope(
             },
             kinds.browserconfig.clone(),
         )
+        .watches_stream_with(
+            quotas,
+            move |quota| {
+                let ns = quota.metadata.namespace.as_deref()?;
+                lines.first(ns)
+            },
+            quota_ar,
+        )
         .reconcile_on(every_browser)
+        // The new first of a line, when the one before it left.
+        .reconcile_on(wake_rx)
         // Every due reconcile starts at once and waits for a worker in the order it came
         // (`Shared::workers`): kube-runtime's own bound picks among waiting reconciles in no
         // particular order, which leaves some Browsers of a burst waiting far longer.
@@ -338,8 +466,9 @@ pub async fn run_scope(
             if let Err(e) = result {
                 debug!(error = %e, "controller event");
             }
-        })
-        .await;
+        });
+    // The sweeper of left-behind pods runs as long as the controller does.
+    futures::future::select(Box::pin(controller), Box::pin(sweeper)).await;
 }
 
 /// Reports a Browser the client cannot decode (the operator never writes such a status, so

@@ -19,6 +19,7 @@ use tracing::{Instrument, debug, info_span, warn};
 
 use super::execute::{ExecuteError, Executed, Target};
 use super::fresher::Known;
+use super::line::Standing;
 use super::{ReconcileError, Scope, triggers};
 use crate::api::browser::Phase;
 use crate::cached::CachedBrowser;
@@ -26,10 +27,11 @@ use crate::controller::Shared;
 use crate::lifecycle::answers::{
     self, AfterCreateRefused, AfterSchemaCheck, BeforeWriting, CreateRefusal,
 };
-use crate::lifecycle::decide::{self, Observed};
+use crate::lifecycle::decide::{self, Line, Observed};
 use crate::lifecycle::desired;
 use crate::lifecycle::milestones;
 use crate::lifecycle::plan::{Plan, PodCreation};
+use crate::lifecycle::queue;
 use crate::lifecycle::rejection::{self, AfterRefusal, Write};
 use crate::metrics::Stage;
 
@@ -68,6 +70,9 @@ pub(super) async fn reconcile(
     }
     if !scope.pods_health.synced().await {
         return Err(ReconcileError::StoreClosed("Pod"));
+    }
+    if !scope.quotas_health.synced().await {
+        return Err(ReconcileError::StoreClosed("ResourceQuota"));
     }
     // A burst (or the start over thousands of Browsers) waits here, small: the reconcile's
     // own state is built only once a worker is free.
@@ -137,11 +142,17 @@ async fn after_refusal(
     let Some(view) = current_view(scope, ns, name)? else {
         return Ok(Action::await_change());
     };
+    let (ahead, arriving, quotas) = scope.line_of(ns, &view.browser);
     let observed = Observed {
         browser: &view.browser,
         pod: view.pod(),
         now: Timestamp::now(),
         link_regained: scope.shared.link.state().regained,
+        line: Line {
+            ahead,
+            arriving,
+            quotas: &quotas,
+        },
     };
     let plan = match failure {
         Some(failure) => decide::rejected(&observed, &scope.shared.settings, failure),
@@ -152,8 +163,8 @@ async fn after_refusal(
 }
 
 /// Executes a plan that fails (or lets go of) the Browser outside the usual decision, after
-/// a write refused for good, and what follows it: read-your-writes, the failure's metrics and
-/// its Events.
+/// a write refused for good, or puts it in line after a quota refused its pod; and what
+/// follows it: read-your-writes, the failure's metrics and its Events.
 async fn execute_failure(
     scope: &Scope,
     ns: &str,
@@ -189,6 +200,9 @@ fn after_writes(
     }
     publish_failures(shared, plan);
     observe_running(shared, &view.browser, plan);
+    if let Some(left) = plan.left_line {
+        shared.metrics.left_line(left);
+    }
     if !plan.events.is_empty() {
         let reference = view.browser.object_ref(&shared.kinds.browser);
         for event in plan.events.iter().cloned() {
@@ -243,6 +257,7 @@ async fn reconcile_inner(scope: &Scope, ns: &str, name: &str) -> Result<Action, 
     let now = Timestamp::now();
     let link_regained = shared.link.state().regained;
     let schema = shared.schemas.current();
+    let (ahead, arriving, quotas) = scope.line_of(ns, &view.browser);
     // Rendered at most once, however often the decision is taken.
     let mut rendered: Option<PodCreation> = None;
     let mut decide_on = |view: &View| {
@@ -251,6 +266,11 @@ async fn reconcile_inner(scope: &Scope, ns: &str, name: &str) -> Result<Action, 
             pod: view.pod(),
             now,
             link_regained,
+            line: Line {
+                ahead,
+                arriving,
+                quotas: &quotas,
+            },
         };
         decide::decide(&observed, &shared.settings, || {
             rendered
@@ -354,16 +374,26 @@ async fn finish(
                 }
             }
         };
+        let (ahead, arriving, quotas) = scope.line_of(ns, &view.browser);
+        let observed = Observed {
+            browser: &view.browser,
+            pod: view.pod(),
+            now: Timestamp::now(),
+            link_regained: shared.link.state().regained,
+            line: Line {
+                ahead,
+                arriving,
+                quotas: &quotas,
+            },
+        };
         return match refusal {
             CreateRefusal::Fail(failure) => {
-                let observed = Observed {
-                    browser: &view.browser,
-                    pod: view.pod(),
-                    now: Timestamp::now(),
-                    link_regained: shared.link.state().regained,
-                };
                 let rejected = decide::rejected(&observed, &shared.settings, failure);
                 execute_failure(scope, ns, name, view, &rejected).await
+            }
+            CreateRefusal::Queue => {
+                let queued = decide::refused_by_quota(&observed, &shared.settings, &status.message);
+                execute_failure(scope, ns, name, view, &queued).await
             }
             CreateRefusal::Retry => Err(ExecuteError::Api {
                 write: Write::CreatePod,
@@ -446,8 +476,17 @@ fn publish_failures(shared: &Shared, plan: &Plan) {
 
 fn remember(scope: &Scope, ns: &str, name: &str, browser: &DynamicObject, executed: &Executed) {
     if executed.outcome.let_go {
+        scope.lines.note(ns, name, None);
         let_go(scope, ns, name, browser);
     } else if let Some(written) = &executed.browser {
+        // Its place in line shows at once, before the watch brings the write back: a Browser
+        // decided meanwhile does not overtake it.
+        let created = written.metadata.creation_timestamp.as_ref().map(|t| t.0);
+        let status = written.data.get("status").unwrap_or(&Value::Null);
+        let waits = queue::queued_since(status, created).and(created);
+        scope
+            .lines
+            .note(ns, name, waits.map(|created| (Standing::Waiting, created)));
         scope
             .fresher
             .remember_browser(ns, name, Known::Object(Arc::new(written.clone())));

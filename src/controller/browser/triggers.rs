@@ -78,6 +78,20 @@ pub fn waiting_browsers(
         .collect()
 }
 
+/// The Browsers (by reference) of the operator's pods whose Browser the cache does not have:
+/// their reconcile looks whether the pod was left behind (`reconcile::sweep_orphan`).
+pub fn pods_without_browser(
+    pods: &Store<CachedPod>,
+    browsers: &Store<CachedBrowser>,
+    browser: &CachedKind,
+) -> Vec<ObjectRef<CachedBrowser>> {
+    pods.state()
+        .iter()
+        .filter_map(|pod| browser_of_pod(pod, browser))
+        .filter(|browser_ref| browsers.get(browser_ref).is_none())
+        .collect()
+}
+
 /// Observes the `scheduled` startup stage on the first live watch event that shows a pod
 /// scheduled; `pods` still holds the previous state. A relist (start-up, watch gap) is not a
 /// first sighting: the pod may have been seen before, so it is never counted twice.
@@ -230,6 +244,7 @@ mod tests {
                                     pod: Some(pod),
                                     now: now.parse().unwrap(),
                                     link_regained: None,
+                                    line: decide::Line::default(),
                                 };
                                 decide::decide(&observed, &Settings::default(), || {
                                     unreachable!("the pod exists")

@@ -19,6 +19,11 @@ pub fn daemon_sets() -> ApiResource {
     ApiResource::erase::<k8s_openapi::api::apps::v1::DaemonSet>(&())
 }
 
+/// The ResourceQuotas the capacity queue reads: a built-in kind, `v1`.
+pub fn resource_quotas() -> ApiResource {
+    ApiResource::erase::<k8s_openapi::api::core::v1::ResourceQuota>(&())
+}
+
 /// Groups tried for a kind, in order: the pinned one, else the default layout first, then
 /// the split layout of the selenosis Helm chart.
 pub fn candidate_groups(pinned: Option<&str>, split_group: &'static str) -> Vec<String> {

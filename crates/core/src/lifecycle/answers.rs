@@ -6,6 +6,7 @@
 //! The executor only performs one write at a time and reports what it found.
 
 use super::plan::Plan;
+use super::reason::Reason;
 use super::rejection::{self, Remedy, Write};
 use super::status::Failure;
 
@@ -141,6 +142,9 @@ pub fn outcome(done: &[(Write, Found)], held_finalizer: bool) -> Outcome {
 pub enum CreateRefusal {
     /// Fail the Browser with this failure.
     Fail(Failure),
+    /// A ResourceQuota has no room for the pod: the Browser waits in line
+    /// (`decide::refused_by_quota`, with the API server's message).
+    Queue,
     /// Not the Browser's fault (or not yet known to be): the create is an error, retried;
     /// a refusal no rule knows takes `rejection::after_refusal`'s steps.
     Retry,
@@ -185,6 +189,7 @@ pub enum AfterSchemaCheck {
 
 fn failure_or_retry(remedy: Remedy) -> CreateRefusal {
     match remedy.failure() {
+        Some(failure) if failure.reason == Reason::QuotaExceeded.as_str() => CreateRefusal::Queue,
         Some(failure) => CreateRefusal::Fail(failure),
         None => CreateRefusal::Retry,
     }
@@ -351,13 +356,18 @@ mod tests {
     }
 
     #[test]
-    fn a_refused_create_fails_the_browser_is_retried_or_checks_the_schema() {
+    fn a_refused_create_fails_the_browser_queues_it_is_retried_or_checks_the_schema() {
         let then = AfterCreateRefused::Then;
         assert_eq!(
             after_create_refused(403, "exceeded quota: q"),
+            then(CreateRefusal::Queue)
+        );
+        // Other refusals by admission still fail at once.
+        assert_eq!(
+            after_create_refused(403, "pods \"s1\" is forbidden: violates PodSecurity"),
             then(CreateRefusal::Fail(Failure::new(
-                Reason::QuotaExceeded,
-                "exceeded quota: q"
+                Reason::Forbidden,
+                "pods \"s1\" is forbidden: violates PodSecurity"
             )))
         );
         assert_eq!(

@@ -10,7 +10,8 @@ use jiff::{SignedDuration, Timestamp};
 use kube_core::DynamicObject;
 use serde_json::Value;
 
-use super::plan::{Event, Plan, PodAdoption, PodCreation, PodDelete, Settings};
+use super::plan::{Event, LeftLine, Plan, PodAdoption, PodCreation, PodDelete, Settings};
+use super::queue::{self, Exhausted, QuotaRefusal};
 use super::reason::Reason;
 use super::status::{self, Failure, StatusBuilder};
 use crate::api::browser::{Browser, Phase, SpecField};
@@ -41,6 +42,21 @@ pub struct Observed<'a> {
     /// restart of the API server, a partition): other clients' watches were likely cut too,
     /// and relist on their own schedule.
     pub link_regained: Option<Timestamp>,
+    /// The Browser's namespace as the capacity queue sees it.
+    pub line: Line<'a>,
+}
+
+/// What the capacity queue knows of a Browser's namespace (docs/behaviour.md, "Capacity
+/// queue").
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Line<'a> {
+    /// Browsers of the namespace waiting in line that were created before this one.
+    pub ahead: usize,
+    /// Browsers of the namespace created before this one that the operator has not handled
+    /// yet (no status phase): they come first if the quotas have room for only some.
+    pub arriving: usize,
+    /// The namespace's ResourceQuotas.
+    pub quotas: &'a [Value],
 }
 
 impl Observed<'_> {
@@ -75,14 +91,27 @@ impl Observed<'_> {
     }
 
     /// A pod was created for this Browser before: a second one is never created
-    /// (docs/behaviour.md, "One pod per Browser").
+    /// (docs/behaviour.md, "One pod per Browser"). A Browser waiting in line is `Pending`
+    /// without one.
     fn had_pod(&self) -> bool {
         let s = self.status();
-        matches!(
+        (matches!(
             self.phase(),
             Some(Phase::Pending | Phase::Running | Phase::Unknown)
-        ) || s.get("podIP").is_some()
+        ) && self.queued_since().is_none())
+            || s.get("podIP").is_some()
             || s.get("startTime").is_some()
+    }
+
+    /// When the Browser started waiting in line, if it waits.
+    fn queued_since(&self) -> Option<Timestamp> {
+        let created = self
+            .browser
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map(|t| t.0);
+        queue::queued_since(self.status(), created)
     }
 
     /// The operator's labels a pod of this Browser carries; a part whose value would not be
@@ -204,36 +233,7 @@ pub fn decide(obs: &Observed, settings: &Settings, creation: impl FnOnce() -> Po
             );
             fail(&mut plan, obs, settings, failure, None);
         }
-        None => match creation() {
-            PodCreation::Render { pod, removed } => {
-                let image = pod
-                    .pointer("/spec/containers/0/image")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_string();
-                plan.create_pod = Some(pod);
-                set_status(&mut plan, obs, obs.builder().created());
-                plan.events.push(Event {
-                    warning: false,
-                    reason: Reason::PodCreated.into(),
-                    note: format!("created pod with image {image}"),
-                    action: "CreatePod",
-                });
-                if !removed.is_empty() {
-                    plan.events.push(Event {
-                        warning: true,
-                        reason: Reason::PodFieldsRemoved.into(),
-                        note: format!(
-                            "removed from the pod because the cluster's Pod schema does not declare them: {}",
-                            removed.join(", ")
-                        ),
-                        action: "CreatePod",
-                    });
-                }
-                plan.requeue_at(obs.now, after(obs.now, settings.creation_timeout));
-            }
-            PodCreation::Fail(failure) => fail(&mut plan, obs, settings, failure, None),
-        },
+        None => without_pod(&mut plan, obs, settings, creation),
         Some(pod) if obs.owned_pod().is_none() => foreign_pod(&mut plan, obs, settings, pod),
         Some(pod) => {
             plan.adopt_pod = obs.adoption();
@@ -241,6 +241,152 @@ pub fn decide(obs: &Observed, settings: &Settings, creation: impl FnOnce() -> Po
         }
     }
     plan.requeue_within(settings.resync);
+    plan
+}
+
+/// A Browser that needs its pod: create it, unless it has to wait in line for quota
+/// (docs/behaviour.md, "Capacity queue"): a Browser of the namespace that was created earlier
+/// waits (nobody overtakes it), or the ResourceQuotas have no room for its pod after those of
+/// the Browsers created earlier that are not handled yet. A Browser that waited longer than
+/// `--queue-timeout` fails.
+fn without_pod(
+    plan: &mut Plan,
+    obs: &Observed,
+    settings: &Settings,
+    creation: impl FnOnce() -> PodCreation,
+) {
+    let queued = obs.queued_since();
+    if let Some(since) = queued {
+        let deadline = after(since, settings.queue_timeout);
+        if obs.now >= deadline {
+            give_up_waiting(plan, obs, settings, since);
+            return;
+        }
+        plan.requeue_at(obs.now, deadline);
+    }
+    let (pod, removed) = match creation() {
+        PodCreation::Render { pod, removed } => (pod, removed),
+        PodCreation::Fail(failure) => {
+            fail(plan, obs, settings, failure, None);
+            return;
+        }
+    };
+    if !settings.queue_timeout.is_zero() {
+        let earlier = u64::try_from(obs.line.arriving).unwrap_or(u64::MAX);
+        let room = queue::room(obs.line.quotas, &pod, earlier.saturating_add(1));
+        if obs.line.ahead > 0 || room.is_err() {
+            if queued.is_none() {
+                join_line(plan, obs, settings, room.err().as_ref());
+            }
+            return;
+        }
+    }
+    let image = pod
+        .pointer("/spec/containers/0/image")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    plan.create_pod = Some(pod);
+    set_status(plan, obs, obs.builder().created());
+    if let Some(since) = queued {
+        let waited = waited(obs, since);
+        plan.events.push(Event {
+            warning: false,
+            reason: Reason::Admitted.into(),
+            note: format!(
+                "admitted after waiting {} in line",
+                duration::format(waited)
+            ),
+            action: "CreatePod",
+        });
+        plan.left_line = Some(LeftLine::Admitted(waited));
+    }
+    plan.events.push(Event {
+        warning: false,
+        reason: Reason::PodCreated.into(),
+        note: format!("created pod with image {image}"),
+        action: "CreatePod",
+    });
+    if !removed.is_empty() {
+        plan.events.push(Event {
+            warning: true,
+            reason: Reason::PodFieldsRemoved.into(),
+            note: format!(
+                "removed from the pod because the cluster's Pod schema does not declare them: {}",
+                removed.join(", ")
+            ),
+            action: "CreatePod",
+        });
+    }
+    plan.requeue_at(obs.now, after(obs.now, settings.creation_timeout));
+}
+
+/// How long the Browser has waited in line, whole seconds.
+fn waited(obs: &Observed, since: Timestamp) -> Duration {
+    let waited = Duration::try_from(obs.now.duration_since(since)).unwrap_or(Duration::ZERO);
+    Duration::from_secs(waited.as_secs())
+}
+
+/// The Browser starts waiting in line: `Pending` with reason `Queued`, the quota and its
+/// place in the message, one Event; looked at again at its timeout, or when the line moves.
+fn join_line(plan: &mut Plan, obs: &Observed, settings: &Settings, exhausted: Option<&Exhausted>) {
+    let message = queue::waiting_message(exhausted, obs.line.ahead + obs.line.arriving + 1);
+    let waiting = Failure::new(Reason::Queued, message.clone());
+    set_status(plan, obs, obs.builder().queued(&waiting));
+    plan.events.push(Event {
+        warning: false,
+        reason: Reason::Queued.into(),
+        note: message,
+        action: "Queue",
+    });
+    plan.requeue_at(obs.now, after(obs.now, settings.queue_timeout));
+}
+
+/// The Browser waited `--queue-timeout` in vain: it fails with `QuotaExceeded`.
+fn give_up_waiting(plan: &mut Plan, obs: &Observed, settings: &Settings, since: Timestamp) {
+    let waiting = obs
+        .status()
+        .get("message")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let failure = Failure::new(
+        Reason::QuotaExceeded,
+        queue::gave_up_message(waiting, settings.queue_timeout),
+    );
+    fail(plan, obs, settings, failure, None);
+    plan.left_line = Some(LeftLine::TimedOut(waited(obs, since)));
+}
+
+/// The plan after a ResourceQuota refused the Browser's pod (`QuotaRefusal`, with the API
+/// server's `message`): the Browser waits in line, first unless others wait ahead of it, or
+/// fails as it would without a queue (`--queue-timeout=0`, or its time in line is up).
+pub fn refused_by_quota(obs: &Observed, settings: &Settings, message: &str) -> Plan {
+    let mut plan = Plan::default();
+    if settings.queue_timeout.is_zero() {
+        fail(
+            &mut plan,
+            obs,
+            settings,
+            Failure::new(Reason::QuotaExceeded, message),
+            None,
+        );
+        return plan;
+    }
+    let exhausted = QuotaRefusal::parse(message).map(|r| r.exhausted);
+    match obs.queued_since() {
+        Some(since) if obs.now >= after(since, settings.queue_timeout) => {
+            give_up_waiting(&mut plan, obs, settings, since);
+        }
+        Some(since) => {
+            // Still waiting: the message shows what the quota said this time; no new Event.
+            let message =
+                queue::waiting_message(exhausted.as_ref(), obs.line.ahead + obs.line.arriving + 1);
+            let waiting = Failure::new(Reason::Queued, message);
+            set_status(&mut plan, obs, obs.builder().queued(&waiting));
+            plan.requeue_at(obs.now, after(since, settings.queue_timeout));
+        }
+        None => join_line(&mut plan, obs, settings, exhausted.as_ref()),
+    }
     plan
 }
 
@@ -463,6 +609,35 @@ fn terminal(obs: &Observed, settings: &Settings) -> Plan {
     plan
 }
 
+/// A pod of the operator whose Browser no longer exists (the API server confirmed it): no
+/// finalizer will see it go, so it is deleted here, with its grace period, and forced once it
+/// is still terminating `--browser-pod-deletion-timeout` after its deletion was requested
+/// (docs/behaviour.md, "Cleanup table").
+pub fn orphaned(pod: &Value, now: Timestamp, settings: &Settings) -> Plan {
+    let mut plan = Plan::default();
+    match status::deletion_requested_at(pod) {
+        None => {
+            plan.delete_pod = Some(PodDelete {
+                uid: pod_uid(pod),
+                grace_seconds: None,
+            });
+            plan.requeue_at(now, after(now, settings.deletion_timeout));
+        }
+        Some(requested) => {
+            let deadline = after(requested, settings.deletion_timeout);
+            if now >= deadline {
+                plan.delete_pod = Some(PodDelete {
+                    uid: pod_uid(pod),
+                    grace_seconds: Some(0),
+                });
+            } else {
+                plan.requeue_at(now, deadline);
+            }
+        }
+    }
+    plan
+}
+
 /// The Browser is being deleted (docs/behaviour.md, "Cleanup table"): delete the pod with its
 /// grace period, wait for it to go (force after `--browser-pod-deletion-timeout`), then release
 /// the finalizer.
@@ -569,6 +744,7 @@ mod tests {
                 pod: p,
                 now: t(now),
                 link_regained: None,
+                line: Line::default(),
             },
             settings,
             rendered,
@@ -580,6 +756,275 @@ mod tests {
     }
 
     #[test]
+    fn a_pod_whose_browser_is_gone_is_deleted_then_forced_after_the_deletion_timeout() {
+        let settings = Settings::default();
+        let running = pod_of(UID).phase("Running").build();
+        let plan = orphaned(&running, t("2026-11-22T10:00:05Z"), &settings);
+        assert_eq!(
+            plan.delete_pod,
+            Some(PodDelete {
+                uid: "p-uid".into(),
+                grace_seconds: None
+            })
+        );
+        assert_eq!(plan.requeue_after, Some(Duration::from_secs(300)));
+        let terminating = pod_of(UID)
+            .phase("Running")
+            .deleting("2026-11-22T10:00:35Z", 30)
+            .build();
+        let waiting = orphaned(&terminating, t("2026-11-22T10:01:00Z"), &settings);
+        // Requested at 10:00:05 (the deletion timestamp less the grace period).
+        assert_eq!(waiting.delete_pod, None, "terminating within its timeout");
+        assert_eq!(waiting.requeue_after, Some(Duration::from_secs(245)));
+        let late = orphaned(&terminating, t("2026-11-22T10:05:05Z"), &settings);
+        assert_eq!(
+            late.delete_pod,
+            Some(PodDelete {
+                uid: "p-uid".into(),
+                grace_seconds: Some(0)
+            })
+        );
+    }
+
+    // ---- the capacity queue ---------------------------------------------------------------
+
+    /// A ResourceQuota `q` of `pods: hard` with `used` counted.
+    fn pods_quota(used: u32, hard: u32) -> Value {
+        let (used, hard) = (used.to_string(), hard.to_string());
+        json!({
+            "metadata": {"name": "q"},
+            "spec": {"hard": {"pods": hard}},
+            "status": {"hard": {"pods": hard}, "used": {"pods": used}},
+        })
+    }
+
+    /// Browser `s1` waiting in line since 10:00:02, with `message`.
+    fn waiting(message: &str) -> Fixture<fixtures::Browser> {
+        ours().status(json!({
+            "phase": "Pending", "reason": "Queued", "message": message,
+            "conditions": [{"type": "Ready", "status": "False", "reason": "Queued",
+                            "message": message, "lastTransitionTime": "2026-11-22T10:00:02Z"}],
+        }))
+    }
+
+    fn in_line(b: &DynamicObject, now: &str, ahead: usize, quotas: &[Value]) -> Plan {
+        decide(
+            &Observed {
+                browser: b,
+                pod: None,
+                now: t(now),
+                link_regained: None,
+                line: Line {
+                    ahead,
+                    arriving: 0,
+                    quotas,
+                },
+            },
+            &Settings::default(),
+            rendered,
+        )
+    }
+
+    #[test]
+    fn a_browser_the_quota_has_no_room_for_waits_in_line_without_a_create() {
+        let b = ours().object();
+        let plan = in_line(&b, "2026-11-22T10:00:02Z", 0, &[pods_quota(2, 2)]);
+        assert_eq!(plan.create_pod, None, "no create the quota would refuse");
+        let status = written(plan.status);
+        assert_eq!(status["phase"], "Pending");
+        assert_eq!(status["reason"], "Queued");
+        assert_eq!(
+            status["message"],
+            "waiting for quota q (pods 2/2), 1st in line"
+        );
+        assert_eq!(status["conditions"][0]["reason"], "Queued");
+        assert_eq!(status["conditions"][0]["message"], status["message"]);
+        assert_eq!(plan.events.len(), 1);
+        assert_eq!(plan.events[0].reason, "Queued");
+        assert!(!plan.events[0].warning);
+        assert_eq!(plan.requeue_after, Some(Duration::from_secs(120)));
+    }
+
+    #[test]
+    fn nobody_overtakes_a_browser_waiting_ahead_even_when_there_is_room() {
+        let b = ours().object();
+        let plan = in_line(&b, "2026-11-22T10:00:02Z", 2, &[pods_quota(1, 2)]);
+        assert_eq!(plan.create_pod, None);
+        assert_eq!(
+            written(plan.status)["message"],
+            "waiting for quota, 3rd in line"
+        );
+    }
+
+    #[test]
+    fn a_slot_goes_to_the_earlier_browser_even_when_the_later_is_decided_first() {
+        // One slot left; one Browser created earlier is not handled yet: it gets the slot.
+        let b = ours().object();
+        let quotas = [pods_quota(1, 2)];
+        let obs = |arriving| Observed {
+            browser: &b,
+            pod: None,
+            now: t("2026-11-22T10:00:02Z"),
+            link_regained: None,
+            line: Line {
+                ahead: 0,
+                arriving,
+                quotas: &quotas,
+            },
+        };
+        let plan = decide(&obs(1), &Settings::default(), rendered);
+        assert_eq!(plan.create_pod, None);
+        assert_eq!(
+            written(plan.status)["message"],
+            "waiting for quota q (pods 2/2), 2nd in line"
+        );
+        assert!(
+            decide(&obs(0), &Settings::default(), rendered)
+                .create_pod
+                .is_some()
+        );
+    }
+
+    #[test]
+    fn a_waiting_browser_stays_quiet_until_room_frees_and_nobody_is_ahead() {
+        let b = waiting("waiting for quota q (pods 2/2), 2nd in line").object();
+        for (ahead, used) in [(1, 1), (0, 2)] {
+            let plan = in_line(&b, "2026-11-22T10:01:00Z", ahead, &[pods_quota(used, 2)]);
+            assert_eq!(plan.create_pod, None);
+            assert_eq!(plan.status, None, "the place in line is not rewritten");
+            assert!(plan.events.is_empty());
+            assert_eq!(
+                plan.requeue_after,
+                Some(Duration::from_secs(62)),
+                "looked at again at its timeout"
+            );
+        }
+    }
+
+    #[test]
+    fn the_first_in_line_is_admitted_once_the_quota_has_room() {
+        let b = waiting("waiting for quota q (pods 2/2), 1st in line").object();
+        let plan = in_line(&b, "2026-11-22T10:00:47Z", 0, &[pods_quota(1, 2)]);
+        assert!(plan.create_pod.is_some());
+        let status = written(plan.status);
+        assert_eq!(status["phase"], "Pending");
+        assert!(status.get("reason").is_none(), "{status}");
+        let reasons: Vec<&str> = plan.events.iter().map(|e| e.reason.as_str()).collect();
+        assert_eq!(reasons, ["Admitted", "PodCreated"]);
+        assert_eq!(plan.events[0].note, "admitted after waiting 45s in line");
+        assert_eq!(
+            plan.left_line,
+            Some(LeftLine::Admitted(Duration::from_secs(45)))
+        );
+    }
+
+    #[test]
+    fn a_browser_still_waiting_at_its_timeout_fails_saying_how_long_it_waited() {
+        let b = waiting("waiting for quota q (pods 2/2), 3rd in line").object();
+        let plan = in_line(&b, "2026-11-22T10:02:02Z", 1, &[pods_quota(2, 2)]);
+        assert_eq!(plan.create_pod, None);
+        let status = written(plan.status);
+        assert_eq!(status["phase"], "Failed");
+        assert_eq!(status["reason"], "QuotaExceeded");
+        assert_eq!(
+            status["message"],
+            "gave up waiting for quota q (pods 2/2) after 2m0s (--queue-timeout)"
+        );
+        assert_eq!(
+            plan.left_line,
+            Some(LeftLine::TimedOut(Duration::from_secs(120)))
+        );
+    }
+
+    #[test]
+    fn a_browser_without_a_config_fails_at_once_even_behind_others() {
+        let b = ours().object();
+        let plan = decide(
+            &Observed {
+                browser: &b,
+                pod: None,
+                now: t("2026-11-22T10:00:02Z"),
+                link_regained: None,
+                line: Line {
+                    ahead: 3,
+                    arriving: 0,
+                    quotas: &[],
+                },
+            },
+            &Settings::default(),
+            || PodCreation::Fail(Failure::new(Reason::ConfigNotFound, "no config")),
+        );
+        assert_eq!(written(plan.status)["reason"], "ConfigNotFound");
+    }
+
+    #[test]
+    fn a_waiting_browser_without_a_pod_is_not_taken_for_one_that_lost_it() {
+        let b = waiting("waiting for quota q (pods 2/2), 1st in line").object();
+        let plan = in_line(&b, "2026-11-22T10:00:30Z", 0, &[]);
+        assert!(plan.create_pod.is_some(), "not PodLost: it never had a pod");
+    }
+
+    #[test]
+    fn without_a_queue_the_quota_is_left_to_the_api_server() {
+        let b = ours().object();
+        let settings = Settings {
+            queue_timeout: Duration::ZERO,
+            ..Settings::default()
+        };
+        let obs = Observed {
+            browser: &b,
+            pod: None,
+            now: t("2026-11-22T10:00:02Z"),
+            link_regained: None,
+            line: Line {
+                ahead: 2,
+                arriving: 0,
+                quotas: &[pods_quota(2, 2)],
+            },
+        };
+        assert!(decide(&obs, &settings, rendered).create_pod.is_some());
+        let message = "pods \"s1\" is forbidden: exceeded quota: q, requested: pods=1, used: pods=2, limited: pods=2";
+        let plan = refused_by_quota(&obs, &settings, message);
+        let status = written(plan.status);
+        assert_eq!(
+            (status["reason"].as_str(), status["message"].as_str()),
+            (Some("QuotaExceeded"), Some(message))
+        );
+    }
+
+    #[test]
+    fn a_refused_create_puts_the_browser_in_line_with_what_the_quota_said() {
+        let message = "pods \"s1\" is forbidden: exceeded quota: q, requested: pods=1, used: pods=2, limited: pods=2";
+        let fresh = ours().object();
+        let obs = |b| Observed {
+            browser: b,
+            pod: None,
+            now: t("2026-11-22T10:00:30Z"),
+            link_regained: None,
+            line: Line {
+                ahead: 0,
+                arriving: 0,
+                quotas: &[],
+            },
+        };
+        let plan = refused_by_quota(&obs(&fresh), &Settings::default(), message);
+        assert_eq!(
+            written(plan.status)["message"],
+            "waiting for quota q (pods 2/2), 1st in line"
+        );
+        assert_eq!(plan.events[0].reason, "Queued");
+        // Refused again while waiting: what the quota said now, no second Event.
+        let waiting = waiting("waiting for quota q (pods 1/1), 1st in line").object();
+        let plan = refused_by_quota(&obs(&waiting), &Settings::default(), message);
+        assert_eq!(
+            written(plan.status)["message"],
+            "waiting for quota q (pods 2/2), 1st in line"
+        );
+        assert!(plan.events.is_empty());
+        assert_eq!(plan.requeue_after, Some(Duration::from_secs(92)));
+    }
+
+    #[test]
     fn an_abandoned_browser_goes_with_its_pod_forced() {
         let b = ours().phase("Pending").object();
         let p = pod_of(UID).phase("Pending").build();
@@ -588,6 +1033,7 @@ mod tests {
             pod: Some(&p),
             now: t("2026-11-22T10:00:05Z"),
             link_regained: None,
+            line: Line::default(),
         };
         let plan = abandoned(&obs, "limit is 3145728");
         assert!(plan.delete_browser && plan.release_finalizer);
@@ -662,6 +1108,7 @@ mod tests {
             pod: None,
             now: t("2026-11-22T10:00:00Z"),
             link_regained: None,
+            line: Line::default(),
         };
         let plan = decide(&observed, &Settings::default(), creation);
         assert!(plan.create_pod.is_some());
@@ -683,6 +1130,7 @@ mod tests {
                 pod: None,
                 now: t("2026-11-22T10:00:00Z"),
                 link_regained: None,
+                line: Line::default(),
             },
             &Settings::default(),
             || {
@@ -710,6 +1158,7 @@ mod tests {
                 pod: None,
                 now: t("2026-11-22T10:01:00Z"),
                 link_regained: None,
+                line: Line::default(),
             },
             &Settings::default(),
             no_creation,
@@ -723,6 +1172,7 @@ mod tests {
                 pod: None,
                 now: t("2026-11-22T10:01:00Z"),
                 link_regained: None,
+                line: Line::default(),
             },
             &Settings::default(),
             no_creation,
@@ -913,6 +1363,7 @@ mod tests {
             pod,
             now: t(now),
             link_regained: regained,
+            line: Line::default(),
         };
         let regained = Some(t("2026-11-22T10:00:05Z"));
         // Failed 5 s after the API server came back: its pod goes at once, the Browser stays
@@ -1053,6 +1504,7 @@ mod tests {
                 pod: None,
                 now: t("2026-11-22T10:00:00Z"),
                 link_regained: None,
+                line: Line::default(),
             },
             &Settings::default(),
             no_creation,
@@ -1091,6 +1543,7 @@ mod tests {
                 pod: Some(&p),
                 now: t("2026-11-22T10:10:00Z"),
                 link_regained: None,
+                line: Line::default(),
             },
             &Settings::default(),
             no_creation,
@@ -1215,6 +1668,7 @@ mod tests {
                 pod: None,
                 now: t("2026-11-22T10:00:00Z"),
                 link_regained: None,
+                line: Line::default(),
             },
             &Settings::default(),
             no_creation,

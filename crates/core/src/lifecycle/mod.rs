@@ -8,6 +8,7 @@ pub mod desired;
 pub mod lane;
 pub mod milestones;
 pub mod plan;
+pub mod queue;
 pub mod reason;
 pub mod rejection;
 pub mod status;

@@ -23,6 +23,8 @@ pub struct Settings {
     /// After the link to the API server came back, a Browser that ended is kept at least this
     /// long past that moment.
     pub outage_retention: Duration,
+    /// How long a Browser waits in line for quota before it fails; zero fails it at once.
+    pub queue_timeout: Duration,
     /// Safety net: a healthy Browser is looked at again after this long even without events.
     pub resync: Duration,
     pub policy: Policy,
@@ -36,6 +38,7 @@ impl Default for Settings {
             max_lifetime: None,
             failed_retention: Duration::ZERO,
             outage_retention: Duration::from_secs(60),
+            queue_timeout: Duration::from_secs(120),
             resync: Duration::from_secs(3600),
             policy: Policy::default(),
         }
@@ -98,6 +101,15 @@ pub struct Plan {
     pub events: Vec<Event>,
     /// When to look again without an event (the next deadline).
     pub requeue_after: Option<Duration>,
+    /// The Browser leaves its line by this plan, after waiting this long.
+    pub left_line: Option<LeftLine>,
+}
+
+/// How a Browser left the line it waited in for quota, and after how long.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeftLine {
+    Admitted(Duration),
+    TimedOut(Duration),
 }
 
 impl Plan {

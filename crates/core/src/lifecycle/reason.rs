@@ -30,6 +30,11 @@ pub enum Reason {
     DeletingPod,
     /// Event: the pod was forced after the deletion timeout.
     PodDeletionTimeout,
+    /// Status and Event: a ResourceQuota has no room for the pod yet; the Browser waits in
+    /// its namespace's line.
+    Queued,
+    /// Event: a Browser that waited in line got its pod.
+    Admitted,
 }
 
 impl Reason {
@@ -55,6 +60,8 @@ impl Reason {
             Self::PodFieldsRemoved => "PodFieldsRemoved",
             Self::DeletingPod => "DeletingPod",
             Self::PodDeletionTimeout => "PodDeletionTimeout",
+            Self::Queued => "Queued",
+            Self::Admitted => "Admitted",
         }
     }
 }

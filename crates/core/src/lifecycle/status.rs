@@ -262,6 +262,11 @@ impl<'a> StatusBuilder<'a> {
         self.build(Phase::Pending, None, None)
     }
 
+    /// `Pending` without a pod, waiting in line: the reason (`Queued`) and message of `wait`.
+    pub fn queued(&self, wait: &Failure) -> BrowserStatus {
+        self.build(Phase::Pending, None, Some(wait))
+    }
+
     /// A terminal status with the failure's reason and message (phase `Failed`).
     pub fn failed(&self, pod: Option<&Value>, failure: &Failure) -> BrowserStatus {
         self.build(Phase::Failed, pod, Some(failure))

@@ -381,13 +381,23 @@ impl ApiServer {
     /// dry runs store nothing), by the request log: [`crate::controlplane::ControlPlane::pod_creates`]'s
     /// twin. A create without a name counts under "".
     pub fn pod_creates(&self, namespace: &str) -> std::collections::BTreeMap<String, usize> {
+        self.pod_creates_answered(namespace, 201)
+    }
+
+    /// How many creates (or applies) of each pod of `namespace`, dry runs left out, the server
+    /// answered with `code`: 201 counts creations, 403 refusals.
+    pub fn pod_creates_answered(
+        &self,
+        namespace: &str,
+        code: u16,
+    ) -> std::collections::BTreeMap<String, usize> {
         let mut creates = std::collections::BTreeMap::new();
         for r in self.requests() {
             if r.resource == "pods"
                 && r.subresource.is_none()
                 && r.namespace.as_deref() == Some(namespace)
                 && matches!(r.verb.as_str(), "create" | "patch")
-                && r.status == 201
+                && r.status == code
                 && !r.dry_run
                 && let Some(name) = r.name.or_else(|| (r.verb == "create").then(String::new))
             {

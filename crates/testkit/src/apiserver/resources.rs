@@ -24,6 +24,8 @@ pub enum Special {
     Crd,
     /// core/v1 Events: a read-only view of the events.k8s.io/v1 objects.
     EventView,
+    /// core/v1 ResourceQuotas: pod creates are charged against them.
+    Quota,
 }
 
 #[derive(Clone, Debug)]
@@ -202,6 +204,12 @@ pub fn builtins() -> Vec<ResourceDef> {
             .special(Special::Node)
             .status()
             .short(&["no"], &[]),
+        // Charged by the pod admission as the ResourceQuota admission does (pods only); no
+        // quota controller runs (nor on a bare control plane): tests write the status.
+        ResourceDef::builtin("", "v1", "resourcequotas", "ResourceQuota", true)
+            .special(Special::Quota)
+            .status()
+            .short(&["quota"], &[]),
         ResourceDef::builtin("events.k8s.io", "v1", "events", "Event", true).short(&["ev"], &[]),
         ResourceDef::builtin("coordination.k8s.io", "v1", "leases", "Lease", true),
         // No DaemonSet controller runs here (nor on a bare control plane): tests write the

@@ -579,6 +579,9 @@ impl State {
         if !causes.is_empty() {
             return Err(ApiError::invalid(&t.def, &name, causes));
         }
+        if t.def.special == Special::Pod {
+            self.charge_quotas(&t.ns, &name, opts.dry_run)?;
+        }
         let uid = self.uid();
         let meta = &mut obj["metadata"];
         meta["uid"] = json!(uid);
@@ -623,6 +626,106 @@ impl State {
         );
         self.emit(t, EventType::Added, obj.clone(), None);
         Ok(Self::present(t, &obj))
+    }
+
+    /// The ResourceQuota admission for a pod create in `ns`, counting pods only (`pods`,
+    /// `count/pods`): refused with the admission's message when a quota of the namespace is
+    /// full or its status is not written yet; otherwise each quota's `status.used` grows by
+    /// one (not for a dry run), as the admission records it. Quotas with scopes are left out.
+    fn charge_quotas(&mut self, ns: &str, pod: &str, dry_run: bool) -> Result<(), ApiError> {
+        let Some(def) = self
+            .defs
+            .iter()
+            .find(|d| d.special == Special::Quota)
+            .cloned()
+        else {
+            return Ok(());
+        };
+        let key = def.key();
+        let quotas: Vec<(String, Value)> = self
+            .objects
+            .get(&key)
+            .into_iter()
+            .flatten()
+            .filter(|((qns, _), _)| qns == ns)
+            .map(|((_, name), stored)| (name.clone(), stored.obj.clone()))
+            .filter(|(_, q)| q["spec"]["scopes"].is_null() && q["spec"]["scopeSelector"].is_null())
+            .collect();
+        let count = |v: &Value| v.as_str().and_then(|s| s.parse::<u64>().ok());
+        let mut charged = Vec::new();
+        for (name, quota) in quotas {
+            let counted: Vec<&str> = ["pods", "count/pods"]
+                .into_iter()
+                .filter(|r| !quota["spec"]["hard"][*r].is_null())
+                .collect();
+            if counted.is_empty() {
+                continue;
+            }
+            let forbidden = |what: String| {
+                ApiError::new(
+                    403,
+                    "Forbidden",
+                    format!("pods \"{pod}\" is forbidden: {what}"),
+                )
+            };
+            if quota["status"]["hard"].is_null() {
+                return Err(forbidden(format!(
+                    "status unknown for quota: {name}, resources: {}",
+                    counted.join(",")
+                )));
+            }
+            let mut over = Vec::new();
+            for resource in &counted {
+                let hard = count(&quota["status"]["hard"][*resource]).unwrap_or(0);
+                let used = count(&quota["status"]["used"][*resource]).unwrap_or(0);
+                if used + 1 > hard {
+                    over.push((*resource, used, hard));
+                }
+            }
+            if !over.is_empty() {
+                let list = |f: &dyn Fn(&(&str, u64, u64)) -> String| {
+                    over.iter().map(f).collect::<Vec<_>>().join(",")
+                };
+                return Err(forbidden(format!(
+                    "exceeded quota: {name}, requested: {}, used: {}, limited: {}",
+                    list(&|(r, _, _)| format!("{r}=1")),
+                    list(&|(r, u, _)| format!("{r}={u}")),
+                    list(&|(r, _, h)| format!("{r}={h}")),
+                )));
+            }
+            charged.push((
+                name,
+                counted.iter().map(|r| r.to_string()).collect::<Vec<_>>(),
+            ));
+        }
+        if dry_run {
+            return Ok(());
+        }
+        let t = Target {
+            def: def.clone(),
+            version: "v1".into(),
+            ns: ns.to_string(),
+            sub: Some("status".into()),
+        };
+        for (name, resources) in charged {
+            let rv = self.next_rv();
+            let Some(stored) = self
+                .objects
+                .get_mut(&key)
+                .and_then(|objects| objects.get_mut(&(ns.to_string(), name)))
+            else {
+                continue;
+            };
+            let old = stored.obj.clone();
+            for resource in resources {
+                let used = count(&stored.obj["status"]["used"][&resource]).unwrap_or(0);
+                stored.obj["status"]["used"][&resource] = json!((used + 1).to_string());
+            }
+            stored.obj["metadata"]["resourceVersion"] = json!(rv.to_string());
+            let obj = stored.obj.clone();
+            self.emit(&t, EventType::Modified, obj, Some(old));
+        }
+        Ok(())
     }
 
     /// `SelfSubjectAccessReview`: allowed unless a denial rule matches or, for an
