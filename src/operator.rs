@@ -23,8 +23,8 @@ use crate::controller::openapi::PodSchemas;
 use crate::controller::{self, Shared, SharedParts};
 use crate::leader::{Election, LeaderError, LostLease, Role};
 use crate::lifecycle::plan::Settings;
-use crate::link::Link;
 use crate::link::error::{self as api_error, describe};
+use crate::link::{self, Link};
 use crate::metrics::Metrics;
 use crate::permissions::{self, PermissionError};
 use crate::server::{self, Probes, ServeError};
@@ -331,7 +331,13 @@ async fn reach(
             Err(e) => e,
         };
         let waited = began.elapsed();
-        match startup::after_failure(error.failure(), attempts, waited, args.startup_timeout) {
+        let mut failure = error.failure();
+        // A kube-apiserver that is starting already answers, before its CRDs and RBAC are
+        // loaded: a missing CRD or permission lasts only once it says it is ready.
+        if failure == Failure::Lasting && !link::api_ready(client).await {
+            failure = Failure::OfTheMoment;
+        }
+        match startup::after_failure(failure, attempts, waited, args.startup_timeout) {
             Next::GiveUp if attempts > 1 => {
                 return Err(RunError::StartupTimeout {
                     timeout: args.startup_timeout,

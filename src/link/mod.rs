@@ -171,6 +171,19 @@ impl Link {
     }
 }
 
+/// Whether the API server says it is ready: `GET /readyz` answers, and not with a 5xx (it
+/// answers 500 while starting). A server that does not let this identity read it (403) or does
+/// not serve it (404) is taken as ready: nothing says otherwise.
+pub async fn api_ready(client: &Client) -> bool {
+    let Ok(request) = http::Request::get("/readyz").body(Vec::new()) else {
+        return true;
+    };
+    match client.request_text(request).await {
+        Err(kube::Error::Api(status)) => status.code < 500,
+        Ok(_) | Err(_) => true,
+    }
+}
+
 /// Whether the API server gave any answer to `GET /readyz` (exempt from API Priority and
 /// Fairness, and readable by every identity): an error status is an answer too.
 async fn readyz(client: &Client) -> bool {

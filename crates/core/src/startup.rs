@@ -3,7 +3,9 @@
 //! `--startup-timeout`: a replica that exits instead restarts into the same outage, again and
 //! again, and its kubelet backs off further each time (`CrashLoopBackOff`), so it comes back
 //! long after the API server did. An answer that lasts (a CRD not installed, a permission
-//! missing) ends the start at once, with its message.
+//! missing) ends the start at once, with its message, unless the API server says it is not
+//! ready yet (the binary crate asks its `/readyz`): a starting server answers before it has
+//! loaded its CRDs and RBAC.
 
 use std::time::Duration;
 

@@ -331,6 +331,12 @@ impl ApiServer {
         }
     }
 
+    /// Makes `/readyz` answer 500 (or 200 again), as a kube-apiserver's does while it starts:
+    /// it serves requests already, before its CRDs and RBAC are loaded.
+    pub fn set_starting(&self, starting: bool) {
+        lock(&self.shared).starting = starting;
+    }
+
     /// Holds back the watch events of `resource` (`browsers`, `pods`): its watches stay open
     /// and quiet, as those of a lagging watch cache, until [`ApiServer::release_watches`]
     /// delivers what they missed, in order, stale as it then is.

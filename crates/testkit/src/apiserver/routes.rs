@@ -101,6 +101,7 @@ async fn handle(AxumState(shared): AxumState<Shared>, req: Request) -> Response 
 
 enum Route<'a> {
     Version,
+    Readyz,
     OpenApiV3,
     OpenApiV3Core,
     OpenApiV2,
@@ -150,6 +151,7 @@ fn parse_path(path: &str) -> Option<Route<'_>> {
     let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
     match segs.as_slice() {
         ["version"] => Some(Route::Version),
+        ["readyz"] => Some(Route::Readyz),
         ["openapi", "v3"] => Some(Route::OpenApiV3),
         ["openapi", "v3", "api", "v1"] => Some(Route::OpenApiV3Core),
         ["openapi", "v2"] => Some(Route::OpenApiV2),
@@ -259,6 +261,11 @@ impl Incoming<'_> {
             .and_then(|v| v.to_str().ok())
             .is_some_and(|a| a.contains("as=APIGroupDiscoveryList"));
         let doc = match route {
+            Route::Readyz if state.starting => {
+                self.record(state, None, 500);
+                return ApiError::new(500, "InternalError", "readyz check failed").into();
+            }
+            Route::Readyz => Some(json!("ok")),
             Route::Version => Some(resources::version_info(&state.git_version)),
             Route::OpenApiV3 => state.openapi.v3_discovery(),
             Route::OpenApiV3Core => state.openapi.v3_core(),

@@ -148,6 +148,8 @@ pub struct State {
     pub faults: Vec<Fault>,
     /// Every request answers 503 (an API server going down or starting up).
     pub unavailable: bool,
+    /// `/readyz` answers 500, as a kube-apiserver's does while it is starting.
+    pub starting: bool,
     /// Resources whose watch events are held back (a lagging watch cache).
     pub held: Vec<ResKey>,
     pub requests: Vec<RequestRecord>,
@@ -223,6 +225,7 @@ impl State {
             next_watcher: 0,
             faults: Vec::new(),
             unavailable: false,
+            starting: false,
             held: Vec::new(),
             requests: Vec::new(),
             denials: Vec::new(),
