@@ -1120,28 +1120,7 @@ impl Ctx {
             );
             return;
         }
-        let quotas = self.api(&resource("", "ResourceQuota", "resourcequotas"));
-        let quota = json!({
-            "apiVersion": "v1", "kind": "ResourceQuota",
-            "metadata": {"name": "e2e", "namespace": self.ns},
-            "spec": {"hard": {"pods": "0"}},
-        });
-        quotas
-            .patch(
-                "e2e",
-                &PatchParams::apply(controlplane::MANAGER),
-                &Patch::Apply(&quota),
-            )
-            .await
-            .expect("quota created");
-        let status = json!({"status": {"hard": {"pods": "0"}, "used": {"pods": "0"}}});
-        quotas
-            .patch_status("e2e", &PatchParams::default(), &Patch::Merge(&status))
-            .await
-            .expect("quota status written");
-        // The quota admission reads quotas from an informer: give it the status first (a
-        // quota without one refuses with "status unknown", which is `Forbidden`).
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        self.quota_of_pods(0).await;
     }
 
     /// A ResourceQuota `e2e` of `pods` pods in this namespace, with its status written as the
@@ -1162,7 +1141,8 @@ impl Ctx {
             .await
             .expect("quota created");
         self.recount_quota().await;
-        // The quota admission reads quotas from an informer: give it the status first.
+        // The quota admission reads quotas from an informer: give it the status first (a
+        // quota without one refuses with "status unknown", which is `Forbidden`).
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
 
