@@ -163,6 +163,11 @@ struct Args {
     /// (`KUBEBUILDER_ASSETS` or --kubeconfig).
     #[arg(long, value_name = "PATH")]
     operator_binary: Option<PathBuf>,
+    /// The loopback port the --operator-binary process serves `/metrics` on (default: a free
+    /// one), for a Prometheus of your own to scrape during the run.
+    #[arg(long, value_name = "PORT", requires = "operator_binary",
+          value_parser = clap::value_parser!(u16).range(1..))]
+    metrics_port: Option<u16>,
     /// Run this build of the Go browser-controller (the operator Selenosis users run today)
     /// as a separate process in the operator's place, measured by the same phases on the same
     /// server; needs a real API server like --operator-binary. It watches every namespace.
@@ -249,6 +254,8 @@ struct Plan {
     /// The binary run as a process of its own (ours, or the Go controller's: `flavour`);
     /// `None`: ours in this process.
     operator_binary: Option<PathBuf>,
+    /// The operator process's metrics port; `None`: a free one.
+    metrics_port: Option<u16>,
     flavour: Flavour,
     smoke: bool,
 }
@@ -281,6 +288,7 @@ impl From<&Args> for Plan {
                 .operator_binary
                 .clone()
                 .or_else(|| args.go_controller.clone()),
+            metrics_port: args.metrics_port,
             flavour: if args.go_controller.is_some() {
                 Flavour::Go
             } else {
@@ -399,9 +407,15 @@ fn run(args: &Args) -> Result<(), BenchError> {
 /// when `audit`, and installs `crds/`.
 async fn start_control_plane(assets: &Assets, audit: bool) -> Result<ControlPlane, BenchError> {
     println!("starting kube-apiserver and etcd from KUBEBUILDER_ASSETS");
-    let plane = ControlPlane::start_with(assets, controlplane::Options { audit })
-        .await
-        .map_err(|e| BenchError::Fixture(format!("control plane: {e}")))?;
+    let plane = ControlPlane::start_with(
+        assets,
+        controlplane::Options {
+            audit,
+            ..controlplane::Options::default()
+        },
+    )
+    .await
+    .map_err(|e| BenchError::Fixture(format!("control plane: {e}")))?;
     let client = plane
         .client()
         .await
@@ -1098,6 +1112,7 @@ async fn bench(
             binary: binary.clone(),
             kubeconfig,
             logs: TempDir::new("bench-operator"),
+            metrics_port: plan.metrics_port,
             flavour: plan.flavour,
         },
         _ => Launch::InProcess {

@@ -36,11 +36,13 @@ pub enum Launch {
         runtime: Handle,
         threads: &'static str,
     },
-    /// `binary` with `KUBECONFIG=kubeconfig`; its logs go to files in `logs`.
+    /// `binary` with `KUBECONFIG=kubeconfig`; its logs go to files in `logs`; it serves
+    /// `/metrics` on loopback port `metrics_port`, or a free one when `None`.
     Binary {
         binary: PathBuf,
         kubeconfig: PathBuf,
         logs: TempDir,
+        metrics_port: Option<u16>,
         flavour: Flavour,
     },
 }
@@ -124,8 +126,9 @@ impl Operator {
                 binary,
                 kubeconfig,
                 logs,
+                metrics_port,
                 flavour,
-            } => Process::start(binary, kubeconfig, logs, flags, *flavour)
+            } => Process::start(binary, kubeconfig, logs, *metrics_port, flags, *flavour)
                 .await
                 .map(Operator::Process),
         }
@@ -272,12 +275,17 @@ impl Process {
         binary: &Path,
         kubeconfig: &Path,
         logs: &TempDir,
+        metrics_port: Option<u16>,
         flags: &[String],
         flavour: Flavour,
     ) -> Result<Self, BenchError> {
-        let metrics_port = free_port();
+        let metrics_port = metrics_port.unwrap_or_else(free_port);
         let log = logs.join(&format!("operator-{metrics_port}.log"));
-        let out = std::fs::File::create(&log)?;
+        // Appended to: with --metrics-port every restart has the same port.
+        let out = std::fs::File::options()
+            .create(true)
+            .append(true)
+            .open(&log)?;
         let err = out.try_clone()?;
         let child = die_with_parent(
             Command::new(binary)

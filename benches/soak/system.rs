@@ -130,9 +130,15 @@ impl System {
         let user = operator_user()?;
         let (server, admin, target) = match assets {
             Some(assets) => {
-                let plane = ControlPlane::start_with(assets, Options { audit: true })
-                    .await
-                    .map_err(SoakError::setup("control plane"))?;
+                let plane = ControlPlane::start_with(
+                    assets,
+                    Options {
+                        audit: true,
+                        ..Options::default()
+                    },
+                )
+                .await
+                .map_err(SoakError::setup("control plane"))?;
                 let admin = plane
                     .client()
                     .await

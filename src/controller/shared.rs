@@ -15,7 +15,7 @@ use crate::api::kinds::Kinds;
 use crate::cached::CachedKinds;
 use crate::lifecycle::plan::Settings;
 use crate::link::Link;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, Watched};
 
 /// What every scope shares: the client, kinds, settings, metrics and the event sink.
 pub struct Shared {
@@ -88,7 +88,7 @@ impl Shared {
         self.link.is_reachable() && !watches.is_empty() && watches.iter().all(|w| w.is_up())
     }
 
-    pub(super) fn watch_health(&self, resource: &'static str) -> Arc<WatchHealth> {
+    pub(super) fn watch_health(&self, resource: Watched) -> Arc<WatchHealth> {
         let health = WatchHealth::new(resource, self.metrics.clone());
         self.watches
             .lock()

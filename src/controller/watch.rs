@@ -28,7 +28,7 @@ use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use crate::link::{Link, LinkState};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, Watched};
 
 /// First retry after a watch error, and the longest pause between retries before jitter
 /// (jitter adds up to as much again): an API server that comes back is seen within seconds.
@@ -74,14 +74,14 @@ struct State {
 
 /// The health of one watch.
 pub struct WatchHealth {
-    resource: &'static str,
+    resource: Watched,
     metrics: Arc<Metrics>,
     state: Mutex<State>,
     synced: watch::Sender<bool>,
 }
 
 impl WatchHealth {
-    pub fn new(resource: &'static str, metrics: Arc<Metrics>) -> Arc<Self> {
+    pub fn new(resource: Watched, metrics: Arc<Metrics>) -> Arc<Self> {
         Arc::new(Self {
             resource,
             metrics,
@@ -147,7 +147,7 @@ impl WatchHealth {
     fn observe_error(&self, error: &watcher::Error) {
         self.metrics.watch_error(self.resource);
         if self.error(Instant::now()) {
-            warn!(resource = self.resource, %error, "watch failed; retrying");
+            warn!(resource = self.resource.as_str(), %error, "watch failed; retrying");
         }
     }
 
@@ -165,7 +165,7 @@ impl WatchHealth {
         };
         if let Some(down) = self.recovered(Instant::now(), listed) {
             self.metrics.watch_resync(self.resource, down);
-            info!(resource = self.resource, after = ?down, relisted = listed, "watch resumed");
+            info!(resource = self.resource.as_str(), after = ?down, relisted = listed, "watch resumed");
         }
         if listed {
             self.synced.send_replace(true);
@@ -454,7 +454,7 @@ mod tests {
     use kube::core::Status;
 
     fn health() -> Arc<WatchHealth> {
-        WatchHealth::new("browsers", Arc::new(Metrics::new()))
+        WatchHealth::new(Watched::Browsers, Arc::new(Metrics::new()))
     }
 
     #[test]

@@ -3,14 +3,20 @@
 //! namespace / browser / version / phase of Browsers that exist, and the names of
 //! BrowserConfigs with pre-pull DaemonSets.
 //!
-//! Counters and histograms are updated as things happen. The Browser, BrowserConfig and
-//! pre-pull gauges are derived from the watch caches at scrape time (`cache_gauges`), so they
-//! are exact after a restart and never drift from what the cluster holds.
+//! Counters and histograms are updated as things happen; their label values known ahead (error
+//! kinds, writes, stages, reasons, watched resources …) start at 0, so that every family is in
+//! the first scrape. The Browser, BrowserConfig and pre-pull gauges are derived from the watch
+//! caches at scrape time (`cache_gauges`), so they are exact after a restart and never drift
+//! from what the cluster holds.
 
 mod cache_gauges;
 
 use crate::lifecycle::lane::Lane;
+use crate::lifecycle::milestones;
 use crate::lifecycle::plan::LeftLine;
+use crate::lifecycle::reason::Reason;
+use crate::lifecycle::rejection::FAILING_CODES;
+use std::hash::Hash;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,7 +25,7 @@ use kube::api::DynamicObject;
 use kube::runtime::reflector::Store;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::family::{Family, MetricConstructor};
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets_range};
 use prometheus_client::registry::Registry;
@@ -86,6 +92,8 @@ pub enum Stage {
 }
 
 impl Stage {
+    pub const ALL: [Stage; 3] = [Stage::PodCreated, Stage::Scheduled, Stage::Running];
+
     fn label(self) -> &'static str {
         match self {
             Stage::PodCreated => "pod_created",
@@ -93,6 +101,144 @@ impl Stage {
             Stage::Running => "running",
         }
     }
+}
+
+/// What went wrong in a reconcile that failed and is retried.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// An API write failed.
+    Write,
+    /// The Browser or its pod could not be read.
+    Read,
+    /// A watch cache closed.
+    Store,
+    /// An object could not be serialised.
+    Serialize,
+    /// A pod was rejected for a field the cluster's Pod schema lacks.
+    Schema,
+    /// Each decision was overtaken by what its writes found.
+    Unsettled,
+}
+
+impl ErrorKind {
+    pub const ALL: [ErrorKind; 6] = [
+        ErrorKind::Write,
+        ErrorKind::Read,
+        ErrorKind::Store,
+        ErrorKind::Serialize,
+        ErrorKind::Schema,
+        ErrorKind::Unsettled,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            ErrorKind::Write => "write",
+            ErrorKind::Read => "read",
+            ErrorKind::Store => "store",
+            ErrorKind::Serialize => "serialize",
+            ErrorKind::Schema => "schema",
+            ErrorKind::Unsettled => "unsettled",
+        }
+    }
+}
+
+/// An API write the operator issues, counted by verb and resource.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ApiWrite {
+    ApplyPod,
+    /// The server-side dry run of a BrowserConfig entry's pod.
+    DryRunPod,
+    DeletePod,
+    ApplyBrowser,
+    ApplyBrowserStatus,
+    PatchBrowser,
+    DeleteBrowser,
+    ApplyConfigStatus,
+    ApplyDaemonSet,
+    DeleteDaemonSet,
+    CreateEvent,
+}
+
+impl ApiWrite {
+    pub const ALL: [ApiWrite; 11] = [
+        ApiWrite::ApplyPod,
+        ApiWrite::DryRunPod,
+        ApiWrite::DeletePod,
+        ApiWrite::ApplyBrowser,
+        ApiWrite::ApplyBrowserStatus,
+        ApiWrite::PatchBrowser,
+        ApiWrite::DeleteBrowser,
+        ApiWrite::ApplyConfigStatus,
+        ApiWrite::ApplyDaemonSet,
+        ApiWrite::DeleteDaemonSet,
+        ApiWrite::CreateEvent,
+    ];
+
+    fn labels(self) -> WriteLabels {
+        let (verb, resource) = match self {
+            ApiWrite::ApplyPod => ("apply", "pods"),
+            ApiWrite::DryRunPod => ("apply-dry-run", "pods"),
+            ApiWrite::DeletePod => ("delete", "pods"),
+            ApiWrite::ApplyBrowser => ("apply", "browsers"),
+            ApiWrite::ApplyBrowserStatus => ("apply", "browsers/status"),
+            ApiWrite::PatchBrowser => ("patch", "browsers"),
+            ApiWrite::DeleteBrowser => ("delete", "browsers"),
+            ApiWrite::ApplyConfigStatus => ("apply", "browserconfigs/status"),
+            ApiWrite::ApplyDaemonSet => ("apply", "daemonsets"),
+            ApiWrite::DeleteDaemonSet => ("delete", "daemonsets"),
+            ApiWrite::CreateEvent => ("create", "events"),
+        };
+        WriteLabels { verb, resource }
+    }
+}
+
+/// A resource the operator watches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Watched {
+    Browsers,
+    Pods,
+    BrowserConfigs,
+    ResourceQuotas,
+    /// Pre-pull DaemonSets (with `--enable-prepull`).
+    DaemonSets,
+}
+
+impl Watched {
+    pub const ALL: [Watched; 5] = [
+        Watched::Browsers,
+        Watched::Pods,
+        Watched::BrowserConfigs,
+        Watched::ResourceQuotas,
+        Watched::DaemonSets,
+    ];
+
+    /// The resource's plural name, as metrics and logs name it.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Watched::Browsers => "browsers",
+            Watched::Pods => "pods",
+            Watched::BrowserConfigs => "browserconfigs",
+            Watched::ResourceQuotas => "resourcequotas",
+            Watched::DaemonSets => "daemonsets",
+        }
+    }
+}
+
+/// How a Browser left its line for quota, as `queue_wait_seconds` labels it.
+fn outcome(left: LeftLine) -> &'static str {
+    match left {
+        LeftLine::Admitted(_) => "admitted",
+        LeftLine::TimedOut(_) => "timed_out",
+    }
+}
+
+fn event_type(warning: bool) -> &'static str {
+    if warning { "Warning" } else { "Normal" }
+}
+
+/// Creates the series of `labels` in `family`, at 0.
+fn zero<S: Clone + Hash + Eq, M, C: MetricConstructor<M>>(family: &Family<S, M, C>, labels: &S) {
+    drop(family.get_or_create(labels));
 }
 
 /// 10 ms … 10 min in 20 exponential buckets (each about 1.8× the previous one).
@@ -161,14 +307,6 @@ impl Metrics {
             in_flight.clone(),
         );
         let waiting = Family::<LaneLabels, Gauge>::default();
-        // Every lane from the start: an empty queue is a 0, not a missing series.
-        for lane in Lane::ALL {
-            waiting
-                .get_or_create(&LaneLabels {
-                    lane: lane.as_str(),
-                })
-                .set(0);
-        }
         registry.register(
             "reconciles_waiting",
             "Browser reconciles waiting for a worker (--max-workers), by lane: status, create, cleanup",
@@ -264,7 +402,7 @@ impl Metrics {
         );
         let caches = Arc::new(Caches::default());
         registry.register_collector(Box::new(CacheGauges(caches.clone())));
-        Self {
+        let metrics = Self {
             registry,
             reconciles,
             reconcile_errors,
@@ -286,14 +424,90 @@ impl Metrics {
             api_unreachable,
             leader,
             caches,
+        };
+        metrics.start_at_zero();
+        metrics
+    }
+
+    /// Creates the series of every label value known ahead at 0. The client library leaves a
+    /// family without samples out of the scrape, so otherwise a fresh operator would lack
+    /// families until their first event: dashboards would show "No data" and `rate()` would
+    /// have no series to work on. Label values known only later (namespaces, a failed pod's
+    /// own reason, other HTTP codes) appear with their first sample.
+    fn start_at_zero(&self) {
+        for kind in ErrorKind::ALL {
+            zero(&self.reconcile_errors, &KindLabels { kind: kind.label() });
+        }
+        for lane in Lane::ALL {
+            zero(
+                &self.waiting,
+                &LaneLabels {
+                    lane: lane.as_str(),
+                },
+            );
+        }
+        for write in ApiWrite::ALL {
+            zero(&self.writes, &write.labels());
+        }
+        for code in FAILING_CODES {
+            zero(&self.pod_create_errors, &CodeLabels { code });
+        }
+        for reason in Reason::failures() {
+            zero(
+                &self.failures,
+                &ReasonLabels {
+                    reason: reason.into(),
+                },
+            );
+        }
+        for reason in milestones::deletion_reasons() {
+            zero(
+                &self.deletions,
+                &ReasonLabels {
+                    reason: reason.into(),
+                },
+            );
+        }
+        for stage in Stage::ALL {
+            zero(
+                &self.startup,
+                &StageLabels {
+                    stage: stage.label(),
+                },
+            );
+        }
+        for left in [
+            LeftLine::Admitted(Duration::ZERO),
+            LeftLine::TimedOut(Duration::ZERO),
+        ] {
+            zero(
+                &self.queue_wait,
+                &OutcomeLabels {
+                    outcome: outcome(left),
+                },
+            );
+        }
+        for watched in Watched::ALL {
+            let resource = ResourceLabels {
+                resource: watched.as_str(),
+            };
+            zero(&self.watch_errors, &resource);
+            zero(&self.watch_restarts, &resource);
+            zero(&self.watch_resync, &resource);
+        }
+        for warning in [false, true] {
+            zero(
+                &self.events_dropped,
+                &EventTypeLabels {
+                    r#type: event_type(warning),
+                },
+            );
         }
     }
 
     /// Counts one API write.
-    pub fn write(&self, verb: &'static str, resource: &'static str) {
-        self.writes
-            .get_or_create(&WriteLabels { verb, resource })
-            .inc();
+    pub fn write(&self, write: ApiWrite) {
+        self.writes.get_or_create(&write.labels()).inc();
     }
 
     pub fn pod_create_error(&self, code: u16) {
@@ -310,9 +524,9 @@ impl Metrics {
             .inc();
     }
 
-    pub fn reconcile_error(&self, kind: &'static str) {
+    pub fn reconcile_error(&self, kind: ErrorKind) {
         self.reconcile_errors
-            .get_or_create(&KindLabels { kind })
+            .get_or_create(&KindLabels { kind: kind.label() })
             .inc();
     }
 
@@ -329,12 +543,11 @@ impl Metrics {
 
     /// A Browser left its line for quota ([`LeftLine`]).
     pub fn left_line(&self, left: LeftLine) {
-        let (outcome, waited) = match left {
-            LeftLine::Admitted(waited) => ("admitted", waited),
-            LeftLine::TimedOut(waited) => ("timed_out", waited),
-        };
+        let (LeftLine::Admitted(waited) | LeftLine::TimedOut(waited)) = left;
         self.queue_wait
-            .get_or_create(&OutcomeLabels { outcome })
+            .get_or_create(&OutcomeLabels {
+                outcome: outcome(left),
+            })
             .observe(waited.as_secs_f64());
     }
 
@@ -355,23 +568,29 @@ impl Metrics {
     }
 
     /// Counts one watch error of `resource`.
-    pub fn watch_error(&self, resource: &'static str) {
+    pub fn watch_error(&self, resource: Watched) {
         self.watch_errors
-            .get_or_create(&ResourceLabels { resource })
+            .get_or_create(&ResourceLabels {
+                resource: resource.as_str(),
+            })
             .inc();
     }
 
     /// Counts one relist of `resource` after its first list.
-    pub fn watch_restart(&self, resource: &'static str) {
+    pub fn watch_restart(&self, resource: Watched) {
         self.watch_restarts
-            .get_or_create(&ResourceLabels { resource })
+            .get_or_create(&ResourceLabels {
+                resource: resource.as_str(),
+            })
             .inc();
     }
 
     /// Observes how long a watch of `resource` was failing before it delivered again.
-    pub fn watch_resync(&self, resource: &'static str, down: Duration) {
+    pub fn watch_resync(&self, resource: Watched, down: Duration) {
         self.watch_resync
-            .get_or_create(&ResourceLabels { resource })
+            .get_or_create(&ResourceLabels {
+                resource: resource.as_str(),
+            })
             .observe(down.as_secs_f64());
     }
 
@@ -399,9 +618,10 @@ impl Metrics {
 
     /// Counts an Event dropped because the publishing queue was full.
     pub fn event_dropped(&self, warning: bool) {
-        let r#type = if warning { "Warning" } else { "Normal" };
         self.events_dropped
-            .get_or_create(&EventTypeLabels { r#type })
+            .get_or_create(&EventTypeLabels {
+                r#type: event_type(warning),
+            })
             .inc();
     }
 
@@ -473,14 +693,38 @@ mod tests {
     }
 
     #[test]
+    fn label_values_known_ahead_start_at_zero() {
+        let text = Metrics::new().encode().unwrap();
+        for expected in [
+            "browser_controller_reconcile_errors_total{kind=\"unsettled\"} 0",
+            "browser_controller_reconciles_waiting{lane=\"cleanup\"} 0",
+            "browser_controller_api_writes_total{verb=\"create\",resource=\"events\"} 0",
+            "browser_controller_pod_create_errors_total{code=\"422\"} 0",
+            "browser_controller_browser_failures_total{reason=\"PodCreationTimeout\"} 0",
+            "browser_controller_browser_deletions_total{reason=\"external\"} 0",
+            "browser_controller_browser_deletions_total{reason=\"Succeeded\"} 0",
+            "browser_controller_startup_seconds_count{stage=\"scheduled\"} 0",
+            "browser_controller_queue_wait_seconds_count{outcome=\"timed_out\"} 0",
+            "browser_controller_watch_errors_total{resource=\"daemonsets\"} 0",
+            "browser_controller_watch_restarts_total{resource=\"resourcequotas\"} 0",
+            "browser_controller_watch_resync_seconds_count{resource=\"browsers\"} 0",
+            "browser_controller_events_dropped_total{type=\"Warning\"} 0",
+        ] {
+            assert!(text.contains(expected), "missing {expected:?} in\n{text}");
+        }
+        // Only the operator's own reasons: not those of Events or of a Browser that waits.
+        assert!(!text.contains("reason=\"Queued\""), "{text}");
+    }
+
+    #[test]
     fn families_appear_with_their_values() {
         let m = Metrics::new();
-        m.write("apply", "pods");
-        m.write("apply", "pods");
+        m.write(ApiWrite::ApplyPod);
+        m.write(ApiWrite::ApplyPod);
         m.pod_create_error(403);
         m.failure("ConfigNotFound");
         m.deletion("ConfigNotFound");
-        m.watch_error("pods");
+        m.watch_error(Watched::Pods);
         {
             let _g = m.reconcile_started();
         }

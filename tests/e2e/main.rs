@@ -26,13 +26,15 @@
 //! (configs and the Pod schema), `upgrades` (older CRD sets, both layouts), `rbac` (scope),
 //! `metrics` (the operator's `/metrics`), `compat` (the Go controller's leftovers, other
 //! clients' objects, both layouts), `faults` (what only a double sets up or sees; most of
-//! them `own_double`), `prepull` and `kubectl`. They see the private items of this file, as child modules do.
+//! them `own_double`), `prepull`, `kubectl`, and `install` (the operator's image on the real
+//! node, from `deploy/` and the chart). They see the private items of this file, as child modules do.
 
 mod check;
 mod compat;
 mod config;
 mod faults;
 mod hostile;
+mod install;
 mod kubectl;
 mod lifecycle;
 mod metrics;
@@ -124,6 +126,9 @@ struct Backend {
     /// The Selenosis stack's binaries, on a real node where `E2E_STACK_ASSETS` names them.
     stack: Option<StackAssets>,
     image: String,
+    /// The operator's own image, imported on the real node ([`images::operator`]), where a
+    /// static build of it was found.
+    operator_image: Option<&'static str>,
 }
 
 impl Backend {
@@ -225,6 +230,7 @@ impl Backend {
             node: None,
             stack: None,
             image: "selenium/standalone-chrome:139.0".to_string(),
+            operator_image: None,
         }
     }
 
@@ -236,7 +242,14 @@ impl Backend {
         stack: Option<StackAssets>,
     ) -> Result<Self, String> {
         let images = images::build(&images::cache_dir()).map_err(|e| e.to_string())?;
-        let mut be = Self::control_plane(assets).await?;
+        let mut be = Self::control_plane_with(
+            assets,
+            controlplane::Options {
+                audit: true,
+                pod_address: real_node::host_ip().parse().ok(),
+            },
+        )
+        .await?;
         let plane = be.plane.as_ref().ok_or("no control plane")?;
         let started = Node::start(node, plane, &images)
             .await
@@ -246,6 +259,22 @@ impl Backend {
                 .map_err(|e| e.to_string())?;
             started.import(&image).map_err(|e| e.to_string())?;
         }
+        match images::operator_binary() {
+            Some(binary) => {
+                let tarball = be.dir.join("operator-image.tar");
+                images::operator(&binary, &tarball).map_err(|e| e.to_string())?;
+                started.import(&tarball).map_err(|e| e.to_string())?;
+                println!(
+                    "node: operator image {} from {}",
+                    images::OPERATOR,
+                    binary.display()
+                );
+                be.operator_image = Some(images::OPERATOR);
+            }
+            None => println!(
+                "node: no operator image (no static build: run `.ci/build-static amd64` or set E2E_OPERATOR_BINARY)"
+            ),
+        }
         be.node = Some(started);
         be.stack = stack;
         be.kind = Kind::Node;
@@ -254,7 +283,21 @@ impl Backend {
     }
 
     async fn control_plane(assets: &Assets) -> Result<Self, String> {
-        let plane = ControlPlane::start_with(assets, controlplane::Options { audit: true })
+        Self::control_plane_with(
+            assets,
+            controlplane::Options {
+                audit: true,
+                pod_address: None,
+            },
+        )
+        .await
+    }
+
+    async fn control_plane_with(
+        assets: &Assets,
+        options: controlplane::Options,
+    ) -> Result<Self, String> {
+        let plane = ControlPlane::start_with(assets, options)
             .await
             .map_err(|e| e.to_string())?;
         let client = plane.client().await.map_err(|e| e.to_string())?;
@@ -278,6 +321,7 @@ impl Backend {
             node: None,
             stack: None,
             image: "selenium/standalone-chrome:139.0".to_string(),
+            operator_image: None,
         })
     }
 
@@ -300,6 +344,7 @@ impl Backend {
             node: None,
             stack: None,
             image: std::env::var("E2E_IMAGE").unwrap_or_else(|_| DEFAULT_CLUSTER_IMAGE.into()),
+            operator_image: None,
         })
     }
 
@@ -470,7 +515,10 @@ impl Ctx {
             .chars()
             .take(50)
             .collect();
-        let ns = ns.trim_end_matches('-').to_string();
+        let ns = match scenario.namespace {
+            Some(ns) => ns.to_string(),
+            None => ns.trim_end_matches('-').to_string(),
+        };
         let namespaces: Api<DynamicObject> =
             Api::all_with(be.client.clone(), &resource("", "Namespace", "namespaces"));
         let obj: DynamicObject = serde_json::from_value(
@@ -481,6 +529,22 @@ impl Ctx {
             .create(&PostParams::default(), &obj)
             .await
             .unwrap_or_else(|e| panic!("namespace {ns}: {e}"));
+        if be.kind == Kind::Node {
+            // The ServiceAccount admission refuses pods until the controller manager made the
+            // namespace's default ServiceAccount, as on any cluster.
+            let accounts: Api<DynamicObject> = Api::namespaced_with(
+                be.client.clone(),
+                &ns,
+                &resource("", "ServiceAccount", "serviceaccounts"),
+            );
+            poll(WAIT, Duration::from_millis(100), || async {
+                match accounts.get_opt("default").await {
+                    Ok(Some(_)) => Ok(()),
+                    other => Err(format!("ServiceAccount {ns}/default: {other:?}")),
+                }
+            })
+            .await;
+        }
         let kubelet = be.simulated().then(|| {
             Kubelet::start_with(
                 be.client.clone(),
@@ -1352,6 +1416,11 @@ struct Scenario {
     node: bool,
     /// Needs the Selenosis stack (`E2E_STACK_ASSETS`) beside the real node.
     stack: bool,
+    /// Installs the operator as its users do, as pods of its own image on the real node.
+    installed: bool,
+    /// A namespace of its own name instead of one made from the scenario's (one a manifest of
+    /// the repository names); once per backend, as namespaces are never deleted there.
+    namespace: Option<&'static str>,
     /// Runs again on a real API server with the Go browser-controller in the operator's place
     /// where `E2E_GO_CONTROLLER` is set (a parity report); alone, as the Go controller watches
     /// every namespace.
@@ -1377,6 +1446,8 @@ macro_rules! scenario {
             alone: false,
             node: false,
             stack: false,
+            installed: false,
+            namespace: None,
             parity: false,
             own_double: None,
             run: |cx| Box::pin($m::$f(cx)),
@@ -1637,6 +1708,25 @@ fn scenarios() -> Vec<Scenario> {
         },
         stack_scenario(scenario!(stack::stack_webdriver_session_through_the_hub, false)),
         stack_scenario(scenario!(stack::stack_ten_sessions_at_once_one_pod_each, false)),
+        installed_scenario(scenario!(
+            install::deploy_installs_replicas_that_lead_hand_over_and_hold_back_a_drain,
+            false
+        )),
+        Scenario {
+            namespace: Some("selenosis"),
+            ..installed_scenario(scenario!(
+                install::the_namespaced_overlay_serves_its_namespace_with_its_role_alone,
+                false
+            ))
+        },
+        installed_scenario(scenario!(
+            install::the_prepull_overlay_pulls_onto_the_node_and_serves,
+            false
+        )),
+        installed_scenario(scenario!(
+            install::the_helm_chart_installs_an_operator_that_serves_and_upgrades,
+            false
+        )),
         stack_scenario(scenario!(stack::stack_a_missing_image_reaches_the_client_fast, false)),
         stack_scenario(scenario!(stack::stack_an_abandoned_session_ends, false)),
         stack_scenario(scenario!(
@@ -1647,6 +1737,17 @@ fn scenarios() -> Vec<Scenario> {
         stack_scenario(scenario!(stack::stack_browser_ui_lists_a_live_session, false)),
         stack_scenario(scenario!(stack::stack_a_session_survives_an_api_server_restart, false)),
     ]
+}
+
+/// A scenario that installs the operator's image on the real node: alone, as that operator
+/// serves every namespace.
+fn installed_scenario(scenario: Scenario) -> Scenario {
+    Scenario {
+        node: true,
+        alone: true,
+        installed: true,
+        ..scenario
+    }
 }
 
 /// A scenario of the Selenosis stack: on the real node, alone (Chromium pods are heavy for
@@ -1898,6 +1999,11 @@ async fn run_backend(be: Backend, selected: &[&Scenario], complete: bool, tally:
                 "test {label} ... skipped ({} not set)",
                 support::stack::STACK_ASSETS
             );
+            tally.skipped += 1;
+            continue;
+        }
+        if s.installed && be.operator_image.is_none() {
+            println!("test {label} ... skipped (no operator image: no static build)");
             tally.skipped += 1;
             continue;
         }

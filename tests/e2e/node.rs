@@ -15,7 +15,7 @@ use crate::support::webdriver::{self, chromium, sidecar};
 use crate::{Ctx, poll};
 
 /// A config whose chrome 139.0 entry is `entry` (the image's settings and the sidecar).
-async fn config(cx: &Ctx, entry: Value) {
+pub(crate) async fn config(cx: &Ctx, entry: Value) {
     cx.create_config(
         "chrome",
         json!({
@@ -53,11 +53,17 @@ fn webdriver(ip: IpAddr, method: &str, path: &str, body: Option<Value>) -> Resul
 pub(crate) async fn a_real_browser_session_through_the_pod_ip(cx: Arc<Ctx>) {
     cx.start_operator(&[]);
     config(&cx, chromium("sleep 3600")).await;
+    session_through_the_pod_ip(&cx, "real").await;
+}
+
+/// A Browser `name` (chrome 139.0, a Chromium entry) Running, a WebDriver session through its
+/// pod IP, and the Browser deleted with its pod.
+pub(crate) async fn session_through_the_pod_ip(cx: &Ctx, name: &str) {
     let created = Instant::now();
-    cx.create_browser("real", json!({})).await;
-    let running = cx.seen_running("real").await;
+    cx.create_browser(name, json!({})).await;
+    let running = cx.seen_running(name).await;
     let running_at = cx
-        .history("Browser", "real")
+        .history("Browser", name)
         .iter()
         .find(|s| s.object["status"]["phase"] == "Running")
         .map(|s| s.at)
@@ -106,9 +112,9 @@ pub(crate) async fn a_real_browser_session_through_the_pod_ip(cx: Arc<Ctx>) {
             .as_str()
             .unwrap_or("?"),
     );
-    cx.delete_browser("real").await;
-    cx.until_gone("real").await;
-    assert_eq!(cx.pod_uids("real").len(), 1);
+    cx.delete_browser(name).await;
+    cx.until_gone(name).await;
+    assert_eq!(cx.pod_uids(name).len(), 1);
 }
 
 /// The browser container exceeds its memory limit: the kernel kills it, and the Browser fails
@@ -222,6 +228,28 @@ pub(crate) async fn a_deleted_browser_waits_for_its_pod_to_stop_gracefully(cx: A
     );
 }
 
+/// Waits up to `limit` until the BrowserConfig `chrome` says its images are on the node:
+/// its pre-pull progress.
+pub(crate) async fn until_prepulled(cx: &Ctx, limit: Duration) -> Value {
+    let configs = cx.api(&crate::support::kinds::config_resource(cx.layout));
+    poll(limit, Duration::from_millis(200), || async {
+        let config = configs.get("chrome").await.map_err(|e| e.to_string())?;
+        let status = &config.data["status"];
+        let pulled = status["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|c| c["type"] == "PrePulled" && c["status"] == "True");
+        let progress = &status["prePull"];
+        if pulled && progress["nodesDesired"] == 1 && progress["nodesReady"] == 1 {
+            Ok(progress.clone())
+        } else {
+            Err(format!("pre-pulled onto the node: {status:#}"))
+        }
+    })
+    .await
+}
+
 /// Pre-pull on a real node: the DaemonSet's pod runs on it (the DaemonSet controller of
 /// kube-controller-manager) with every image, and the BrowserConfig reports the node ready.
 pub(crate) async fn prepull_daemon_set_pulls_onto_the_real_node(cx: Arc<Ctx>) {
@@ -240,23 +268,7 @@ pub(crate) async fn prepull_daemon_set_pulls_onto_the_real_node(cx: Arc<Ctx>) {
         }),
     )
     .await;
-    let configs = cx.api(&crate::support::kinds::config_resource(cx.layout));
-    let progress = poll(crate::WAIT, Duration::from_millis(200), || async {
-        let config = configs.get("chrome").await.map_err(|e| e.to_string())?;
-        let status = &config.data["status"];
-        let pulled = status["conditions"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .any(|c| c["type"] == "PrePulled" && c["status"] == "True");
-        let progress = &status["prePull"];
-        if pulled && progress["nodesDesired"] == 1 && progress["nodesReady"] == 1 {
-            Ok(progress.clone())
-        } else {
-            Err(format!("pre-pulled onto the node: {status:#}"))
-        }
-    })
-    .await;
+    let progress = until_prepulled(&cx, crate::WAIT).await;
     println!(
         "    real node: {} images pulled onto the node {:.1}s after the BrowserConfig's creation",
         progress["images"],

@@ -5,7 +5,8 @@
 //!
 //! There is no controller-manager, scheduler or kubelet: no garbage collector, no namespace
 //! deletion, no default ServiceAccounts (hence `--disable-admission-plugins=ServiceAccount`),
-//! and pods stay Pending until something binds them (see `kubelet.rs`).
+//! and pods stay Pending until something binds them (see `kubelet.rs`). A plane started with
+//! [`Options::pod_address`] serves pods of a real node as a cluster's does (`node.rs`).
 //!
 //! Children are spawned with `PR_SET_PDEATHSIG`, killed and reaped by [`ControlPlane::stop`]
 //! (or on drop), and every file lives in one temporary directory removed with them.
@@ -127,7 +128,15 @@ pub struct Options {
     /// Record every pod write in an audit log ([`ControlPlane::pod_creates`]). It costs the
     /// API server CPU: off for measurements.
     pub audit: bool,
+    /// Serve pods of a real node as a cluster does: listen on this host address too, name it
+    /// and the `kubernetes` Service's address in the serving certificate, and admit pods with
+    /// their ServiceAccount's token (the node runs the controllers that make the default
+    /// ServiceAccounts and publish the CA).
+    pub pod_address: Option<std::net::IpAddr>,
 }
+
+/// The `kubernetes` Service's address: the first of `--service-cluster-ip-range`.
+pub const SERVICE_ADDRESS: &str = "10.0.0.1";
 
 /// A running etcd + kube-apiserver.
 pub struct ControlPlane {
@@ -139,6 +148,8 @@ pub struct ControlPlane {
     /// Those of etcd, likewise.
     etcd_command: (PathBuf, Vec<String>),
     pub url: String,
+    /// [`Options::pod_address`].
+    pub pod_address: Option<std::net::IpAddr>,
     dir: TempDir,
 }
 
@@ -170,7 +181,7 @@ fn write(path: &Path, text: &str) -> Result<(), ControlPlaneError> {
     std::fs::write(path, text).map_err(io(format!("write {}", path.display())))
 }
 
-fn generate_certs(dir: &Path) -> Result<Certs, ControlPlaneError> {
+fn generate_certs(dir: &Path, more_names: &[String]) -> Result<Certs, ControlPlaneError> {
     use rcgen::{
         BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
         KeyPair, KeyUsagePurpose,
@@ -190,8 +201,9 @@ fn generate_certs(dir: &Path) -> Result<Certs, ControlPlaneError> {
     let issuer = Issuer::from_params(&ca_params, &ca_key);
 
     let key = KeyPair::generate()?;
-    let mut params =
-        CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])?;
+    let mut names = vec!["localhost".to_string(), "127.0.0.1".to_string()];
+    names.extend_from_slice(more_names);
+    let mut params = CertificateParams::new(names)?;
     params
         .distinguished_name
         .push(DnType::CommonName, "kube-apiserver");
@@ -268,6 +280,7 @@ impl ControlPlane {
             apiserver_command: (assets.kube_apiserver.clone(), Vec::new()),
             etcd_command: (assets.etcd.clone(), Vec::new()),
             url: String::new(),
+            pod_address: options.pod_address,
             dir,
         };
         let data = plane.dir.join("etcd-data");
@@ -302,7 +315,21 @@ impl ControlPlane {
             })
             .await?;
 
-        let certs = generate_certs(plane.dir.path())?;
+        // What pods connect to: the Service's address (in-cluster clients' KUBERNETES_SERVICE_HOST)
+        // and its names.
+        let pod_names: Vec<String> = match options.pod_address {
+            Some(address) => [
+                address.to_string(),
+                SERVICE_ADDRESS.to_string(),
+                "kubernetes".to_string(),
+                "kubernetes.default".to_string(),
+                "kubernetes.default.svc".to_string(),
+                "kubernetes.default.svc.cluster.local".to_string(),
+            ]
+            .into(),
+            None => Vec::new(),
+        };
+        let certs = generate_certs(plane.dir.path(), &pod_names)?;
         let tokens = plane.dir.join("tokens.csv");
         // token,user,uid,"group1,group2"
         write(
@@ -316,8 +343,6 @@ impl ControlPlane {
         let mut args = vec![
             format!("--etcd-servers={client_url}"),
             format!("--secure-port={port}"),
-            "--bind-address=127.0.0.1".to_string(),
-            "--advertise-address=127.0.0.1".to_string(),
             // No `kubernetes` Service endpoint: a loopback address is no valid one (1.37 refuses
             // to start with one; older servers log the refusal every 10 s).
             "--endpoint-reconciler-type=none".to_string(),
@@ -334,8 +359,18 @@ impl ControlPlane {
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local".to_string(),
             "--service-cluster-ip-range=10.0.0.0/24".to_string(),
             "--allow-privileged=true".to_string(),
-            "--disable-admission-plugins=ServiceAccount".to_string(),
         ];
+        match options.pod_address {
+            Some(address) => args.extend([
+                "--bind-address=0.0.0.0".to_string(),
+                format!("--advertise-address={address}"),
+            ]),
+            None => args.extend([
+                "--bind-address=127.0.0.1".to_string(),
+                "--advertise-address=127.0.0.1".to_string(),
+                "--disable-admission-plugins=ServiceAccount".to_string(),
+            ]),
+        }
         if options.audit {
             let policy = plane.dir.join("audit-policy.yaml");
             write(&policy, AUDIT_POLICY)?;
@@ -510,6 +545,16 @@ impl ControlPlane {
 
     fn apiserver_log(&self) -> PathBuf {
         self.dir.join("kube-apiserver.log")
+    }
+
+    /// The CA that signed the serving certificate.
+    pub fn ca_file(&self) -> PathBuf {
+        self.dir.join("ca.crt")
+    }
+
+    /// The API server's port.
+    pub fn port(&self) -> Option<u16> {
+        self.url.rsplit_once(':').and_then(|(_, p)| p.parse().ok())
     }
 
     pub fn admin_kubeconfig(&self) -> PathBuf {

@@ -63,10 +63,14 @@ fn sha256_hex(path: &Path) -> Result<String, ImageError> {
 }
 
 /// The image settings that matter here.
+#[derive(Default)]
 pub struct ImageConfig<'a> {
     pub entrypoint: Option<&'a [&'a str]>,
     pub cmd: Option<&'a [&'a str]>,
     pub env: &'a [&'a str],
+    /// `USER`, as `uid:gid`.
+    pub user: Option<&'a str>,
+    pub exposed_ports: &'a [u16],
 }
 
 /// Packs `rootfs` into the docker-archive tarball `out`, tagged `tag`.
@@ -93,6 +97,17 @@ pub fn pack(rootfs: &Path, tag: &str, config: &ImageConfig, out: &Path) -> Resul
     }
     if let Some(cmd) = config.cmd {
         image_config["Cmd"] = json!(cmd);
+    }
+    if let Some(user) = config.user {
+        image_config["User"] = json!(user);
+    }
+    if !config.exposed_ports.is_empty() {
+        let ports: serde_json::Map<String, serde_json::Value> = config
+            .exposed_ports
+            .iter()
+            .map(|p| (format!("{p}/tcp"), json!({})))
+            .collect();
+        image_config["ExposedPorts"] = json!(ports);
     }
     let image = json!({
         "architecture": "amd64",
@@ -189,7 +204,7 @@ pub fn build(cache: &Path) -> Result<ImageSet, ImageError> {
             &ImageConfig {
                 entrypoint: None,
                 cmd: Some(&["sh"]),
-                env: &[],
+                ..ImageConfig::default()
             },
             &busybox,
         )?;
@@ -198,8 +213,7 @@ pub fn build(cache: &Path) -> Result<ImageSet, ImageError> {
             PAUSE,
             &ImageConfig {
                 entrypoint: Some(&["/bin/sleep", "2147483647"]),
-                cmd: None,
-                env: &[],
+                ..ImageConfig::default()
             },
             &pause,
         )?;
@@ -263,7 +277,75 @@ fn build_chromium(cache: &Path, out: &Path) -> Result<(), ImageError> {
             entrypoint: Some(&["/usr/bin/chromedriver"]),
             cmd: Some(&["--port=4444", "--allowed-ips=", "--allowed-origins=*"]),
             env: &["HOME=/tmp"],
+            ..ImageConfig::default()
         },
         out,
     )
+}
+
+/// Tag of the operator's image made by [`operator`].
+pub const OPERATOR: &str = "localhost/browser-controller:e2e";
+
+/// The static (musl) operator binary the image is made from: `$E2E_OPERATOR_BINARY`, else
+/// what `.ci/build-static amd64` leaves in the workspace's target folder, if it is there.
+pub fn operator_binary() -> Option<PathBuf> {
+    std::env::var_os("E2E_OPERATOR_BINARY")
+        .filter(|b| !b.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| {
+            let built = Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../target/x86_64-unknown-linux-musl/release/browser-controller");
+            built.is_file().then_some(built)
+        })
+}
+
+/// The operator's image as the Dockerfile's final stage lays it out, from the static
+/// `binary`: `/browser-controller` as the entrypoint, user 65532:65532, ports 8080 and 8081,
+/// and what its distroless base brings that the operator may read (the CA bundle, `passwd`
+/// and `group` with `nonroot`, a world-writable `/tmp`). The base itself cannot be pulled here.
+pub fn operator(binary: &Path, out: &Path) -> Result<(), ImageError> {
+    let root = out.with_extension("rootfs");
+    let _ = std::fs::remove_dir_all(&root);
+    for dir in ["etc/ssl/certs", "tmp", "home/nonroot"] {
+        std::fs::create_dir_all(root.join(dir)).map_err(|e| failed("operator root", e))?;
+    }
+    std::fs::copy(binary, root.join("browser-controller"))
+        .map_err(|e| failed(format!("copy {}", binary.display()), e))?;
+    let _ = std::fs::copy(
+        "/etc/ssl/certs/ca-certificates.crt",
+        root.join("etc/ssl/certs/ca-certificates.crt"),
+    );
+    std::fs::write(
+        root.join("etc/passwd"),
+        "root:x:0:0:root:/root:/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n",
+    )
+    .map_err(|e| failed("passwd", e))?;
+    std::fs::write(
+        root.join("etc/group"),
+        "root:x:0:\nnobody:x:65534:\nnonroot:x:65532:\n",
+    )
+    .map_err(|e| failed("group", e))?;
+    run(
+        "chmod",
+        Command::new("chmod").arg("1777").arg(root.join("tmp")),
+    )?;
+    run(
+        "chown",
+        Command::new("chown")
+            .arg("65532:65532")
+            .arg(root.join("home/nonroot")),
+    )?;
+    let packed = pack(
+        &root,
+        OPERATOR,
+        &ImageConfig {
+            entrypoint: Some(&["/browser-controller"]),
+            user: Some("65532:65532"),
+            exposed_ports: &[8080, 8081],
+            ..ImageConfig::default()
+        },
+        out,
+    );
+    let _ = std::fs::remove_dir_all(&root);
+    packed
 }

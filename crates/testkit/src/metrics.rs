@@ -12,7 +12,9 @@ use serde_json::{Value, json};
 
 use browser_controller::cached::CachedBrowser;
 use browser_controller::lifecycle::plan::LeftLine;
-use browser_controller::metrics::{CacheRegistration, Metrics, Stage};
+use browser_controller::metrics::{
+    ApiWrite, CacheRegistration, ErrorKind, Metrics, Stage, Watched,
+};
 
 use super::fixtures::{browser, config};
 
@@ -30,19 +32,19 @@ pub type Families = BTreeMap<String, Family>;
 /// BrowserConfig and a pre-pull DaemonSet in the caches the gauges read.
 pub fn with_every_family() -> (Metrics, Vec<CacheRegistration>) {
     let metrics = Metrics::new();
-    metrics.write("apply", "pods");
+    metrics.write(ApiWrite::ApplyPod);
     metrics.pod_create_error(403);
     metrics.failure("ConfigNotFound");
-    metrics.reconcile_error("write");
+    metrics.reconcile_error(ErrorKind::Write);
     metrics.deletion("external");
-    metrics.watch_error("pods");
-    metrics.watch_restart("pods");
+    metrics.watch_error(Watched::Pods);
+    metrics.watch_restart(Watched::Pods);
     metrics.event_dropped(false);
-    metrics.watch_resync("pods", std::time::Duration::from_secs(3));
+    metrics.watch_resync(Watched::Pods, std::time::Duration::from_secs(3));
     drop(metrics.reconcile_started());
     let from: jiff::Timestamp = "2026-01-01T00:00:00Z".parse().expect("timestamp");
     let to: jiff::Timestamp = "2026-01-01T00:00:02Z".parse().expect("timestamp");
-    for stage in [Stage::PodCreated, Stage::Scheduled, Stage::Running] {
+    for stage in Stage::ALL {
         metrics.startup(stage, from, to);
     }
     metrics.left_line(LeftLine::Admitted(std::time::Duration::from_secs(3)));
@@ -121,6 +123,15 @@ pub fn label_names(sample: &str) -> Vec<String> {
     names
 }
 
+/// The name users query a family of the exposition by: a counter's with `_total`.
+pub fn queried_name(name: &str, kind: &str) -> String {
+    if kind == "counter" {
+        format!("{name}_total")
+    } else {
+        name.to_string()
+    }
+}
+
 /// What `/metrics` exports, by the name users query.
 pub fn exported() -> Families {
     let (metrics, _registrations) = with_every_family();
@@ -129,11 +140,7 @@ pub fn exported() -> Families {
     for line in text.lines() {
         if let Some(rest) = line.strip_prefix("# TYPE ") {
             let (name, kind) = rest.split_once(' ').expect("# TYPE name type");
-            let queried = if kind == "counter" {
-                format!("{name}_total")
-            } else {
-                name.to_string()
-            };
+            let queried = queried_name(name, kind);
             let family = Family {
                 kind: kind.to_string(),
                 labels: BTreeSet::new(),

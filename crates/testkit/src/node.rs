@@ -1,6 +1,8 @@
 //! A real node beside a [`ControlPlane`]: containerd with a CNI bridge, the images of
 //! [`images`] imported, a kubelet registered with the API server, kube-scheduler to bind pods
-//! and kube-controller-manager for DaemonSets. Binaries come from `$E2E_NODE_ASSETS` (kubelet,
+//! and kube-controller-manager for DaemonSets, Deployments and what pods with a ServiceAccount
+//! token need. With a control plane that serves pods ([`controlplane::Options::pod_address`]),
+//! a nat rule takes the `kubernetes` Service's address to the API server, as kube-proxy would. Binaries come from `$E2E_NODE_ASSETS` (kubelet,
 //! kube-scheduler, kube-controller-manager); containerd, runc and the CNI plugins from the
 //! machine (Debian's `containerd`, `runc`, `containernetworking-plugins`, and
 //! `busybox-static` for the images).
@@ -32,6 +34,8 @@ pub const NODE_NAME: &str = "e2e-node";
 /// Pod addresses, on the bridge [`BRIDGE`].
 pub const POD_CIDR: &str = "10.89.0.0/16";
 const BRIDGE: &str = "bce2e0";
+/// The nat chain standing in for kube-proxy's (see [`Node::route_service`]).
+const SERVICES_CHAIN: &str = "E2E-SERVICES";
 const CNI_BIN: &str = "/usr/lib/cni";
 const NETNS: &str = "/var/run/netns";
 const POD_LOGS: &str = "/var/log/pods";
@@ -210,6 +214,9 @@ impl Node {
         };
         node.set_sysctls()?;
         node.write_config()?;
+        if let (Some(address), Some(port)) = (plane.pod_address, plane.port()) {
+            node.route_service(address, port)?;
+        }
         node.containerd = Some(node.spawn(
             "/usr/bin/containerd",
             &["--config".into(), node.path("containerd.toml")],
@@ -236,10 +243,13 @@ impl Node {
         let mut controller_flags = component();
         controller_flags.extend([
             "--use-service-account-credentials=false".to_string(),
-            // DaemonSets, the garbage collector (a deleted DaemonSet's pods go), and the node
+            // DaemonSets, the garbage collector (a deleted DaemonSet's pods go), the node
             // lifecycle controller that lifts the not-ready taint the kubelet registers the
-            // node with: all the suite needs of it.
-            "--controllers=daemonset,garbagecollector,nodelifecycle".to_string(),
+            // node with; for an operator installed as a Deployment: Deployments, ReplicaSets,
+            // PodDisruptionBudgets (what an eviction consults), the default ServiceAccounts and
+            // the CA's ConfigMap that its pods' token volumes need.
+            "--controllers=daemonset,garbagecollector,nodelifecycle,deployment,replicaset,disruption,serviceaccount,root-ca-cert-publisher".to_string(),
+            format!("--root-ca-file={}", plane.ca_file().display()),
         ]);
         node.controller_manager = Some(node.spawn(
             &assets.kube_controller_manager.display().to_string(),
@@ -308,6 +318,12 @@ impl Node {
             .map(drop)
     }
 
+    /// Tags the imported image `image` as `tag` too, as if pulled under that name.
+    pub fn tag(&self, image: &str, tag: &str) -> Result<(), NodeError> {
+        self.ctr(&["images", "tag", "--force", image, tag])
+            .map(drop)
+    }
+
     fn path(&self, name: &str) -> String {
         self.dir.join(name).display().to_string()
     }
@@ -323,6 +339,44 @@ impl Node {
             &self.dir.join(&format!("{name}.log")),
         )
         .map_err(|e| failed(format!("start {name}"), e))
+    }
+
+    /// What kube-proxy would do for the `kubernetes` Service, the one Service pods here use:
+    /// its address leads to the API server's `address:port` (in-cluster clients connect to
+    /// `KUBERNETES_SERVICE_HOST`, which the kubelet sets to it).
+    fn route_service(&self, address: std::net::IpAddr, port: u16) -> Result<(), NodeError> {
+        let iptables = |args: &[&str]| {
+            let out = Command::new("iptables")
+                .args(["-w", "-t", "nat"])
+                .args(args)
+                .output()
+                .map_err(|e| failed("iptables", e))?;
+            if out.status.success() {
+                Ok(())
+            } else {
+                Err(failed(
+                    format!("iptables {}", args.join(" ")),
+                    String::from_utf8_lossy(&out.stderr).trim().to_string(),
+                ))
+            }
+        };
+        iptables(&["-N", SERVICES_CHAIN])?;
+        iptables(&["-A", "PREROUTING", "-j", SERVICES_CHAIN])?;
+        iptables(&["-A", "OUTPUT", "-j", SERVICES_CHAIN])?;
+        iptables(&[
+            "-A",
+            SERVICES_CHAIN,
+            "-d",
+            &format!("{}/32", controlplane::SERVICE_ADDRESS),
+            "-p",
+            "tcp",
+            "--dport",
+            "443",
+            "-j",
+            "DNAT",
+            "--to-destination",
+            &format!("{address}:{port}"),
+        ])
     }
 
     /// `ctr` on this node's containerd, in the CRI namespace.
@@ -627,6 +681,7 @@ fn remove_kubepods_cgroups() {
 fn remove_iptables_chains() {
     let ours = |chain: &str| {
         chain.starts_with("CNI-")
+            || chain == SERVICES_CHAIN
             || [
                 "KUBE-FIREWALL",
                 "KUBE-POSTROUTING",

@@ -122,8 +122,7 @@ pub fn seleniferous_image(assets: &StackAssets, cache: &Path) -> Result<PathBuf,
         SELENIFEROUS,
         &ImageConfig {
             entrypoint: Some(&["/seleniferous"]),
-            cmd: None,
-            env: &[],
+            ..ImageConfig::default()
         },
         &out,
     )?;

@@ -18,7 +18,7 @@ use crate::lifecycle::milestones;
 use crate::lifecycle::plan::{Plan, PodAdoption, PodDelete};
 use crate::lifecycle::rejection::Write;
 use crate::link::error::describe;
-use crate::metrics::{Metrics, Stage};
+use crate::metrics::{ApiWrite, Metrics, Stage};
 
 /// The resourceVersion that makes a pod apply create-only (see `Target::create_pod`).
 const CREATE_ONLY: &str = "1";
@@ -39,7 +39,7 @@ pub async fn delete_pod(
         }),
         ..DeleteParams::background()
     };
-    metrics.write("delete", "pods");
+    metrics.write(ApiWrite::DeletePod);
     match pods.delete(name, &params).await {
         Ok(either) => Ok(either.left().map(fresh)),
         Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(None),
@@ -280,7 +280,7 @@ impl Target<'_> {
     /// anew (409) or write to another Browser that took the name.
     async fn apply_metadata(&self) -> Result<Option<DynamicObject>, ExecuteError> {
         let body = apply::browser_metadata(self.browser_resource, self.browser);
-        self.metrics.write("apply", "browsers");
+        self.metrics.write(ApiWrite::ApplyBrowser);
         unless_gone(
             self.browsers
                 .patch(self.name(), &apply_params(), &Patch::Apply(body))
@@ -299,7 +299,7 @@ impl Target<'_> {
         let pods = ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&());
         let mut body = apply::body(&pods, self.name(), Some(&adoption.uid));
         body["metadata"]["labels"] = json!(adoption.labels);
-        self.metrics.write("apply", "pods");
+        self.metrics.write(ApiWrite::ApplyPod);
         self.pods
             .patch(
                 self.name(),
@@ -321,7 +321,7 @@ impl Target<'_> {
     async fn create_pod(&self, pod: &Value) -> Result<DynamicObject, kube::Error> {
         let mut pod = pod.clone();
         pod["metadata"]["resourceVersion"] = json!(CREATE_ONLY);
-        self.metrics.write("apply", "pods");
+        self.metrics.write(ApiWrite::ApplyPod);
         self.pods
             .patch(self.name(), &apply_params(), &Patch::Apply(pod))
             .await
@@ -334,7 +334,7 @@ impl Target<'_> {
     ) -> Result<Option<DynamicObject>, ExecuteError> {
         let mut body = self.header();
         body["status"] = status.to_value();
-        self.metrics.write("apply", "browsers/status");
+        self.metrics.write(ApiWrite::ApplyBrowserStatus);
         unless_gone(
             self.browsers
                 .patch_status(self.name(), &apply_params(), &Patch::Apply(body))
@@ -359,7 +359,7 @@ impl Target<'_> {
             }),
             ..DeleteParams::background()
         };
-        self.metrics.write("delete", "browsers");
+        self.metrics.write(ApiWrite::DeleteBrowser);
         match self.browsers.delete(self.name(), &params).await {
             Ok(either) => Ok(either.left().map_or(Deleted::Now, |browser| {
                 Deleted::Terminating(Box::new(fresh(browser)))
@@ -389,7 +389,7 @@ impl Target<'_> {
             {"op": "test", "path": format!("/metadata/finalizers/{index}"), "value": keys::FINALIZER},
             {"op": "remove", "path": format!("/metadata/finalizers/{index}")},
         ]))?;
-        self.metrics.write("patch", "browsers");
+        self.metrics.write(ApiWrite::PatchBrowser);
         took_effect(
             self.browsers
                 .patch(

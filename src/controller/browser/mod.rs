@@ -46,6 +46,7 @@ use crate::cached::{CachedBrowser, CachedPod};
 use crate::lifecycle::lane::Lane;
 use crate::lifecycle::rejection::{self, Write};
 use crate::link::error::describe;
+use crate::metrics::{ErrorKind, Watched};
 use execute::ExecuteError;
 use fresher::Fresher;
 use line::Lines;
@@ -96,14 +97,14 @@ impl ReconcileError {
         }
     }
 
-    fn kind(&self) -> &'static str {
+    fn kind(&self) -> ErrorKind {
         match self {
-            ReconcileError::Execute(_) => "write",
-            ReconcileError::ReadPod { .. } | ReconcileError::ReadBrowser { .. } => "read",
-            ReconcileError::StoreClosed(_) => "store",
-            ReconcileError::Serialize(_) => "serialize",
-            ReconcileError::StaleSchema(_) => "schema",
-            ReconcileError::Unsettled => "unsettled",
+            ReconcileError::Execute(_) => ErrorKind::Write,
+            ReconcileError::ReadPod { .. } | ReconcileError::ReadBrowser { .. } => ErrorKind::Read,
+            ReconcileError::StoreClosed(_) => ErrorKind::Store,
+            ReconcileError::Serialize(_) => ErrorKind::Serialize,
+            ReconcileError::StaleSchema(_) => ErrorKind::Schema,
+            ReconcileError::Unsettled => ErrorKind::Unsettled,
         }
     }
 }
@@ -228,8 +229,10 @@ pub async fn run_scope(
         }
     };
 
-    let browsers =
-        watch::Cache::<CachedBrowser>::new(cached.browser.clone(), shared.watch_health("browsers"));
+    let browsers = watch::Cache::<CachedBrowser>::new(
+        cached.browser.clone(),
+        shared.watch_health(Watched::Browsers),
+    );
     let browser_reader = browsers.reader.clone();
     let (wake_tx, wake_rx) = futures::channel::mpsc::unbounded();
     let lines = Arc::new(Lines::new(cached.browser.clone(), wake_tx));
@@ -289,7 +292,8 @@ pub async fn run_scope(
         false,
     );
 
-    let pods = watch::Cache::<CachedPod>::new(cached.pod.clone(), shared.watch_health("pods"));
+    let pods =
+        watch::Cache::<CachedPod>::new(cached.pod.clone(), shared.watch_health(Watched::Pods));
     let (pod_reader, pods_health) = (pods.reader.clone(), pods.health.clone());
     let watched = pods
         .watch(
@@ -336,7 +340,7 @@ pub async fn run_scope(
 
     let configs = watch::Cache::<DynamicObject>::new(
         kinds.browserconfig.clone(),
-        shared.watch_health("browserconfigs"),
+        shared.watch_health(Watched::BrowserConfigs),
     );
     let (config_reader, configs_health) = (configs.reader.clone(), configs.health.clone());
     let watched = configs.watch(
@@ -356,8 +360,10 @@ pub async fn run_scope(
     // line; after a relist (it may have missed changes) every line's first looks again. Its
     // relists reconcile no Browser otherwise.
     let quota_ar = kinds::resource_quotas();
-    let quotas =
-        watch::Cache::<DynamicObject>::new(quota_ar.clone(), shared.watch_health("resourcequotas"));
+    let quotas = watch::Cache::<DynamicObject>::new(
+        quota_ar.clone(),
+        shared.watch_health(Watched::ResourceQuotas),
+    );
     let (quota_reader, quotas_health) = (quotas.reader.clone(), quotas.health.clone());
     let watched = quotas.watch(
         scoped_api::<Decoded<DynamicObject>>(client, ns, &quota_ar),

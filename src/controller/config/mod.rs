@@ -43,7 +43,7 @@ use crate::lifecycle::plan::PodCreation;
 use crate::lifecycle::rejection::{self, Remedy};
 use crate::link::Link;
 use crate::link::error::describe;
-use crate::metrics::Metrics;
+use crate::metrics::{ApiWrite, Metrics, Watched};
 use crate::pod::policy::Policy;
 use crate::pod::schema::PodSchema;
 use crate::prepull::progress;
@@ -133,7 +133,7 @@ async fn dry_run_entry(
     };
     let name = browser.metadata.name.clone().unwrap_or_default();
     let params = PatchParams::apply(keys::FIELD_MANAGER).force().dry_run();
-    ctx.metrics.write("apply-dry-run", "pods");
+    ctx.metrics.write(ApiWrite::DryRunPod);
     let (rejection, refusal, unknown_fields) =
         match pods.patch(&name, &params, &Patch::Apply(&pod)).await {
             Ok(_) => (None, None, false),
@@ -407,7 +407,7 @@ pub async fn run_scope(
     let config_sweep = sweep_tx.clone();
     let cache = watch::Cache::<DynamicObject>::new(
         kinds.browserconfig.clone(),
-        WatchHealth::new("browserconfigs", metrics.clone()),
+        WatchHealth::new(Watched::BrowserConfigs, metrics.clone()),
     );
     let (store, health) = (cache.reader.clone(), cache.health.clone());
     // Every completed list (a relist after the watch failed too) judges every config again.
@@ -555,7 +555,7 @@ async fn apply_status(
         Api::namespaced_with(ctx.client.clone(), ns, &ctx.kinds.browserconfig);
     let mut body = apply::body(&ctx.kinds.browserconfig, name, uid);
     body["status"] = status;
-    ctx.metrics.write("apply", "browserconfigs/status");
+    ctx.metrics.write(ApiWrite::ApplyConfigStatus);
     api.patch_status(
         name,
         &PatchParams::apply(keys::FIELD_MANAGER).force(),

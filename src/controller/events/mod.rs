@@ -25,7 +25,7 @@ use crate::api::keys;
 use crate::config::report;
 use crate::lifecycle::plan::Event;
 use crate::link::error::describe;
-use crate::metrics::Metrics;
+use crate::metrics::{ApiWrite, Metrics};
 
 /// Events handed over but not yet queued, at most; more are dropped.
 const HANDOVER: usize = queue::CAPACITY;
@@ -122,7 +122,7 @@ async fn publish(recorder: Recorder, mut rx: mpsc::Receiver<Queued>, metrics: Ar
         };
         if pause.is_none() && !waiting.is_empty() {
             if let Some((event, reference)) = waiting.take(reconciling, now) {
-                metrics.write("create", "events");
+                metrics.write(ApiWrite::CreateEvent);
                 if let Err(e) = recorder
                     .publish(&to_runtime_event(&event), &reference)
                     .await
@@ -215,7 +215,7 @@ impl ConfigEvents {
             action: action.into(),
             secondary: None,
         };
-        self.metrics.write("create", "events");
+        self.metrics.write(ApiWrite::CreateEvent);
         let reference = config.object_ref(&self.resource);
         if let Err(e) = self.recorder.publish(&event, &reference).await {
             debug!(error = %describe(&e), "publishing the BrowserConfig event failed");

@@ -9,6 +9,8 @@ use crate::api::browser::{Phase, StatusView};
 use crate::api::status::BrowserStatus;
 use crate::names;
 
+use super::reason::Reason;
+
 /// When the pod's `PodScheduled` condition turned `True`.
 fn scheduled_at(pod: &DynamicObject) -> Option<Timestamp> {
     pod.data
@@ -61,8 +63,17 @@ pub fn deletion_reason(browser_status: &Value) -> &str {
             .filter(|r| !r.is_empty() && names::check_label_value(r).is_ok())
             .unwrap_or(Phase::Failed.as_str()),
         Some(Phase::Succeeded) => Phase::Succeeded.as_str(),
-        _ => "external",
+        _ => EXTERNAL,
     }
+}
+
+/// The outcome of a Browser someone deleted before it ended.
+const EXTERNAL: &str = "external";
+
+/// Every [`deletion_reason`] known ahead: the operator's failure reasons, `Failed` without
+/// one, `Succeeded` and `external`. (A failed pod's own reason is passed on as well.)
+pub fn deletion_reasons() -> impl Iterator<Item = &'static str> {
+    Reason::failures().chain([Phase::Failed.as_str(), Phase::Succeeded.as_str(), EXTERNAL])
 }
 
 #[cfg(test)]
@@ -81,6 +92,15 @@ mod tests {
         assert_eq!(deletion_reason(&json!({"phase": "Succeeded"})), "Succeeded");
         assert_eq!(deletion_reason(&json!({"phase": "Running"})), "external");
         assert_eq!(deletion_reason(&Value::Null), "external");
+        let known: Vec<&str> = deletion_reasons().collect();
+        for status in [
+            json!({"phase": "Failed", "reason": "ConfigNotFound"}),
+            json!({"phase": "Failed"}),
+            json!({"phase": "Succeeded"}),
+            Value::Null,
+        ] {
+            assert!(known.contains(&deletion_reason(&status)), "{status}");
+        }
     }
 
     #[test]

@@ -38,6 +38,69 @@ pub enum Reason {
 }
 
 impl Reason {
+    /// Every reason, in the order declared.
+    pub const ALL: [Reason; 22] = [
+        Self::ConfigNotFound,
+        Self::InvalidSelenosisOptions,
+        Self::InvalidConfig,
+        Self::InvalidSpec,
+        Self::QuotaExceeded,
+        Self::Forbidden,
+        Self::InvalidPodSpec,
+        Self::PodCreationTimeout,
+        Self::ContainerTerminated,
+        Self::PodFailed,
+        Self::PodDeleted,
+        Self::PodLost,
+        Self::PodConflict,
+        Self::LifetimeExceeded,
+        Self::WriteRejected,
+        Self::Undecodable,
+        Self::PodCreated,
+        Self::PodFieldsRemoved,
+        Self::DeletingPod,
+        Self::PodDeletionTimeout,
+        Self::Queued,
+        Self::Admitted,
+    ];
+
+    /// Whether a Browser fails with this reason (`phase: Failed`, the cleanup table) rather
+    /// than the reason naming an Event or a Browser that waits.
+    pub const fn fails(self) -> bool {
+        match self {
+            Self::ConfigNotFound
+            | Self::InvalidSelenosisOptions
+            | Self::InvalidConfig
+            | Self::InvalidSpec
+            | Self::QuotaExceeded
+            | Self::Forbidden
+            | Self::InvalidPodSpec
+            | Self::PodCreationTimeout
+            | Self::ContainerTerminated
+            | Self::PodFailed
+            | Self::PodDeleted
+            | Self::PodLost
+            | Self::PodConflict
+            | Self::LifetimeExceeded
+            | Self::WriteRejected => true,
+            Self::Undecodable
+            | Self::PodCreated
+            | Self::PodFieldsRemoved
+            | Self::DeletingPod
+            | Self::PodDeletionTimeout
+            | Self::Queued
+            | Self::Admitted => false,
+        }
+    }
+
+    /// The reasons a Browser fails with, as status and metrics write them.
+    pub fn failures() -> impl Iterator<Item = &'static str> {
+        Self::ALL
+            .into_iter()
+            .filter(|r| r.fails())
+            .map(Reason::as_str)
+    }
+
     pub const fn as_str(self) -> &'static str {
         match self {
             Self::ConfigNotFound => "ConfigNotFound",
@@ -81,5 +144,17 @@ mod tests {
         assert_eq!(Reason::ConfigNotFound.as_str(), "ConfigNotFound");
         assert_eq!(String::from(Reason::InvalidSpec), "InvalidSpec");
         assert_eq!(Reason::DeletingPod.as_str(), "DeletingPod");
+    }
+
+    #[test]
+    fn all_lists_each_reason_once() {
+        let names: std::collections::BTreeSet<&str> =
+            Reason::ALL.iter().map(|r| r.as_str()).collect();
+        assert_eq!(names.len(), Reason::ALL.len());
+        let failures: Vec<&str> = Reason::failures().collect();
+        assert!(failures.contains(&"PodCreationTimeout"), "{failures:?}");
+        assert!(failures.contains(&"WriteRejected"), "{failures:?}");
+        assert!(!failures.contains(&"Queued"), "{failures:?}");
+        assert!(!failures.contains(&"DeletingPod"), "{failures:?}");
     }
 }

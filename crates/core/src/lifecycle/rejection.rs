@@ -49,6 +49,10 @@ impl Remedy {
     }
 }
 
+/// The HTTP codes of a refused write that fail the Browser ([`Remedy::Invalid`],
+/// [`Remedy::Forbidden`]); every other code is retried.
+pub const FAILING_CODES: [u16; 3] = [400, 403, 422];
+
 /// Classifies the API's answer `code` / `message` to a write.
 pub fn classify(code: u16, message: &str) -> Rejection {
     let remedy = match code {
@@ -192,6 +196,13 @@ mod tests {
         for refused in [413, 405, 415, 410, 431] {
             assert_eq!(classify(refused, "x").remedy, Remedy::Refused, "{refused}");
             assert_eq!(classify(refused, "x").remedy.failure(), None);
+        }
+        for code in 100..600 {
+            assert_eq!(
+                classify(code, "x").remedy.failure().is_some(),
+                FAILING_CODES.contains(&code),
+                "{code}"
+            );
         }
     }
 

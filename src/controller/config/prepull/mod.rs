@@ -23,7 +23,7 @@ use crate::controller::events::ConfigEvents;
 use crate::controller::scope::scoped_api;
 use crate::controller::watch::{self, WatchHealth};
 use crate::link::Link;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, Watched};
 use crate::prepull::render::HelperImages;
 use crate::prepull::{progress, render as prepull_render};
 
@@ -122,7 +122,7 @@ pub(super) fn daemon_set_watch(
     let api: Api<DynamicObject> = scoped_api(client, namespace, &resource);
     let cache = watch::Cache::<DynamicObject>::new(
         resource.clone(),
-        WatchHealth::new("daemonsets", metrics.clone()),
+        WatchHealth::new(Watched::DaemonSets, metrics.clone()),
     );
     let (store, health) = (cache.reader.clone(), cache.health.clone());
     let (listed_tx, listed) = futures::channel::mpsc::unbounded::<()>();

@@ -14,7 +14,7 @@ use tracing::{debug, info, warn};
 use crate::api::keys;
 use crate::lifecycle::rejection::{self, Remedy};
 use crate::link::error::describe;
-use crate::metrics::Metrics;
+use crate::metrics::{ApiWrite, Metrics};
 use crate::prepull::progress;
 use crate::prepull::render::Plan;
 
@@ -84,7 +84,7 @@ pub async fn sync(
         if current.is_some_and(|o| applied_hash(o) == Some(ds.hash.as_str())) {
             continue;
         }
-        metrics.write("apply", "daemonsets");
+        metrics.write(ApiWrite::ApplyDaemonSet);
         let params = PatchParams::apply(keys::FIELD_MANAGER).force();
         match api.patch(&ds.name, &params, &Patch::Apply(&ds.body)).await {
             Ok(_) => {
@@ -144,7 +144,7 @@ async fn delete(
         }),
         ..DeleteParams::background()
     };
-    metrics.write("delete", "daemonsets");
+    metrics.write(ApiWrite::DeleteDaemonSet);
     match api.delete(&ds.name_any(), &params).await {
         Ok(_) => Ok(true),
         Err(kube::Error::Api(s)) if matches!(s.code, 404 | 409) => Ok(false),
