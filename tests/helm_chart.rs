@@ -798,6 +798,11 @@ async fn helm_installs_upgrades_and_uninstalls_on_a_real_control_plane() {
     );
     let defaults = template(&helm, &[]);
     assert_cluster_wide(&client, &defaults).await;
+    // The CRD upgrade the chart's README gives: a forced server-side apply of its crds/ over
+    // the CRDs Helm created, before `helm upgrade`.
+    testkit::controlplane::apply_dir(&client, &repo().join(CHART).join("crds"))
+        .await
+        .expect("a forced server-side apply of the chart's CRDs");
 
     // Upgrade to namespace-scoped mode, three replicas and a further flag. Helm makes no
     // watched namespace: the Role goes into one that exists.

@@ -474,8 +474,28 @@ pub(crate) async fn deploy_installs_replicas_that_lead_hand_over_and_hold_back_a
         ],
     )
     .await;
+    // Still cordoned: the replica the drain left is Ready and leads.
+    let kept: Vec<String> = {
+        let ready = installed.ready_pods();
+        before
+            .iter()
+            .filter(|name| ready.contains_key(*name))
+            .cloned()
+            .collect()
+    };
+    let holder = installed.holders().last().map(|(h, _)| h.clone());
     let uncordoned = kubectl(&cx, &["uncordon", NODE_NAME]).await;
     assert!(!drained, "the drain is held back: {drain_err}");
+    assert_eq!(
+        kept.len(),
+        1,
+        "one replica of {before:?} left Ready: {kept:?}"
+    );
+    assert_eq!(
+        holder.as_ref(),
+        kept.first(),
+        "the replica left holds the Lease"
+    );
     assert!(
         drain_err.contains("disruption budget"),
         "held back by the PodDisruptionBudget: {drain_err}"
