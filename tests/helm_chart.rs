@@ -29,7 +29,7 @@ use serde_json::{Value, json};
 use browser_controller::cli::{Cli, LogFormat, PodSecurityLevel};
 use browser_controller::manifest;
 use testkit::controlplane::{Assets, ControlPlane};
-use testkit::host::TempDir;
+use testkit::host::{TempDir, on_path, program};
 
 const CHART: &str = "charts/browser-controller";
 /// The release name that gives the objects the names of `deploy/`.
@@ -52,18 +52,9 @@ fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-fn on_path(name: &str) -> Option<PathBuf> {
-    std::env::split_paths(&std::env::var_os("PATH")?)
-        .map(|dir| dir.join(name))
-        .find(|p| p.is_file())
-}
-
 /// Helm: `HELM`, else `helm` on `PATH`.
 fn helm() -> Option<PathBuf> {
-    match std::env::var_os("HELM") {
-        Some(path) if !path.is_empty() => Some(PathBuf::from(path)),
-        _ => on_path("helm"),
-    }
+    program("HELM", "helm")
 }
 
 /// How to build a kustomization: `kustomize build`, else `kubectl kustomize`.

@@ -527,11 +527,7 @@ fn a_fresh_operator_exports_every_family_the_alerts_and_the_dashboard_use() {
 
 /// promtool, from `PROMTOOL` or `PATH`; `None`, with a note, where there is none.
 fn promtool(test: &str) -> Option<PathBuf> {
-    let found = std::env::var_os("PROMTOOL").map(PathBuf::from).or_else(|| {
-        std::env::split_paths(&std::env::var_os("PATH")?)
-            .map(|dir| dir.join("promtool"))
-            .find(|path| path.is_file())
-    });
+    let found = host::program("PROMTOOL", "promtool");
     if found.is_none() {
         eprintln!(
             "{test}: skipped: no promtool (set PROMTOOL, or install it: apt-get install prometheus)"

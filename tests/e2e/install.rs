@@ -17,13 +17,13 @@ use kube::api::{Api, DynamicObject};
 use serde_json::{Value, json};
 
 use crate::support::history::{Seen, record};
-use crate::support::host::TempDir;
+use crate::support::host::{TempDir, http_get_at, program};
 use browser_controller::prepull::render::{DEFAULT_HELPER_IMAGE, DEFAULT_PAUSE_IMAGE};
 
 use crate::support::images::{BUSYBOX, PAUSE};
 use crate::support::node::NODE_NAME;
 use crate::support::webdriver::{chromium, sidecar};
-use crate::{Ctx, WAIT, poll, repo, resource};
+use crate::{Ctx, WAIT, poll, repo, resource, sample};
 
 /// The namespace, Deployment and Lease of `deploy/`.
 const NAMESPACE: &str = "browser-controller";
@@ -34,16 +34,7 @@ const ROLLOUT: Duration = Duration::from_secs(120);
 
 /// kubectl with the admin's kubeconfig: whether it succeeded, its stdout and stderr.
 async fn kubectl(cx: &Ctx, args: &[&str]) -> (bool, String, String) {
-    let mut command = Command::new("kubectl");
-    command
-        .arg(format!("--kubeconfig={}", cx.be.admin_kubeconfig.display()))
-        .args(args)
-        .stdin(Stdio::null());
-    let shown = args.join(" ");
-    let out = tokio::task::spawn_blocking(move || command.output())
-        .await
-        .unwrap()
-        .unwrap_or_else(|e| panic!("kubectl {shown}: {e}"));
+    let out = cx.kubectl_output(args).await.expect("kubectl is installed");
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -51,6 +42,7 @@ async fn kubectl(cx: &Ctx, args: &[&str]) -> (bool, String, String) {
     )
 }
 
+/// [`kubectl`], expecting success: its stdout.
 async fn kubectl_ok(cx: &Ctx, args: &[&str]) -> String {
     let (ok, out, err) = kubectl(cx, args).await;
     assert!(ok, "kubectl {}: {err}", args.join(" "));
@@ -272,23 +264,12 @@ fn restarts(pod: &Value) -> u64 {
 
 /// GET `path` of a pod's port: the status and body.
 fn http(ip: IpAddr, port: u16, path: &str) -> (u16, String) {
-    let url = format!("http://{ip}:{port}{path}");
-    let out = Command::new("curl")
-        .args(["-s", "-m", "5", "-w", "\n%{http_code}", &url])
-        .output()
-        .unwrap_or_else(|e| panic!("curl {url}: {e}"));
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
-    (code.trim().parse().unwrap_or(0), body.to_string())
+    http_get_at(ip, port, path).unwrap_or_else(|| panic!("GET http://{ip}:{port}{path}"))
 }
 
 /// The value of the unlabelled sample `name` on a pod's `/metrics`.
 fn metric(ip: IpAddr, name: &str) -> Option<f64> {
-    let (_, text) = http(ip, 8080, "/metrics");
-    text.lines()
-        .filter_map(|l| l.split_once(' '))
-        .find(|(n, _)| *n == name)
-        .and_then(|(_, v)| v.trim().parse().ok())
+    sample(&http(ip, 8080, "/metrics").1, name)
 }
 
 /// One leader and its standbys, as each replica's own endpoints say: the leader reconciles
@@ -657,29 +638,8 @@ pub(crate) async fn the_prepull_overlay_pulls_onto_the_node_and_serves(cx: Arc<C
     .await;
     crate::node::until_prepulled(&cx, ROLLOUT).await;
     serves(&cx, "prepulled").await;
-    // Opting out removes the DaemonSet, and its pod.
-    cx.patch_config("chrome", json!({"spec": {"template": {"prePull": false}}}))
-        .await;
-    poll(WAIT, Duration::from_millis(200), || async {
-        let left = Ctx::list(&cx.pods()).await.len();
-        (left == 0)
-            .then_some(())
-            .ok_or_else(|| format!("{left} pre-pull pods left"))
-    })
-    .await;
+    crate::node::until_prepull_opted_out(&cx).await;
     installed.remove(&cx).await;
-}
-
-/// Helm: `HELM`, else `helm` on `PATH`.
-fn helm() -> Option<std::path::PathBuf> {
-    match std::env::var_os("HELM") {
-        Some(helm) if !helm.is_empty() => Some(helm.into()),
-        _ => std::env::var_os("PATH").and_then(|path| {
-            std::env::split_paths(&path)
-                .map(|dir| dir.join("helm"))
-                .find(|helm| helm.is_file())
-        }),
-    }
 }
 
 /// Helm with the admin's kubeconfig and its own folders: success and the output.
@@ -712,7 +672,7 @@ async fn run_helm(cx: &Ctx, helm: &Path, home: &Path, args: &[&str]) -> (bool, S
 /// replica rolls it out and it still serves; `helm uninstall` removes the operator's pods.
 /// Skipped, saying so, without Helm.
 pub(crate) async fn the_helm_chart_installs_an_operator_that_serves_and_upgrades(cx: Arc<Ctx>) {
-    let Some(helm) = helm() else {
+    let Some(helm) = program("HELM", "helm") else {
         println!("    helm is not installed (HELM or PATH): nothing to install with");
         return;
     };

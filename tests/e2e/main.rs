@@ -1272,16 +1272,32 @@ impl Ctx {
         (output.status.success(), report, log)
     }
 
-    /// Runs kubectl with the admin's kubeconfig; `None` when kubectl is not installed.
+    /// Runs kubectl with the admin's kubeconfig, expecting success: its stdout; `None` when
+    /// kubectl is not installed.
     async fn kubectl(&self, args: &[&str]) -> Option<String> {
+        let namespace = format!("--namespace={}", self.ns);
+        let mut scoped = vec![namespace.as_str(), "--request-timeout=30s"];
+        scoped.extend_from_slice(args);
+        let out = self.kubectl_output(&scoped).await?;
+        assert!(
+            out.status.success(),
+            "kubectl {}: {}\n{}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Some(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// Runs kubectl with the admin's kubeconfig and `args` alone; `None` when kubectl is not
+    /// installed.
+    async fn kubectl_output(&self, args: &[&str]) -> Option<std::process::Output> {
         let mut command = Command::new("kubectl");
         command
             .arg(format!(
                 "--kubeconfig={}",
                 self.be.admin_kubeconfig.display()
             ))
-            .arg(format!("--namespace={}", self.ns))
-            .arg("--request-timeout=30s")
             .args(args)
             .stdin(Stdio::null());
         let shown = args.join(" ");
@@ -1291,15 +1307,7 @@ impl Ctx {
         match output {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(e) => panic!("kubectl {shown}: {e}"),
-            Ok(out) => {
-                assert!(
-                    out.status.success(),
-                    "kubectl {shown}: {}\n{}",
-                    out.status,
-                    String::from_utf8_lossy(&out.stderr)
-                );
-                Some(String::from_utf8_lossy(&out.stdout).into_owned())
-            }
+            Ok(out) => Some(out),
         }
     }
 }

@@ -283,7 +283,11 @@ pub(crate) async fn prepull_daemon_set_pulls_onto_the_real_node(cx: Arc<Ctx>) {
         .filter(|p| p["spec"]["nodeName"] == crate::support::node::NODE_NAME)
         .count();
     assert_eq!(on_node, 1, "one pre-pull pod on the node");
-    // Opting out removes the DaemonSet, and with it its pod.
+    until_prepull_opted_out(&cx).await;
+}
+
+/// The BrowserConfig `chrome` opts out of pre-pull: its DaemonSet goes, and with it its pod.
+pub(crate) async fn until_prepull_opted_out(cx: &Ctx) {
     cx.patch_config("chrome", json!({"spec": {"template": {"prePull": false}}}))
         .await;
     poll(crate::WAIT, Duration::from_millis(200), || async {

@@ -23,7 +23,7 @@ use kube::core::GroupVersionKind;
 use kube::discovery::{Scope, pinned_kind};
 use serde_json::Value;
 
-use super::host::{TempDir, die_with_parent, free_port, http_get, kill, tail, wait_exit};
+use super::host::{TempDir, die_with_parent, free_port, http_get, kill, on_path, tail, wait_exit};
 
 /// Field manager of everything the harness applies.
 pub const MANAGER: &str = "e2e-harness";
@@ -114,12 +114,6 @@ impl Assets {
             etcd,
         })
     }
-}
-
-fn on_path(name: &str) -> Option<PathBuf> {
-    std::env::split_paths(&std::env::var_os("PATH")?)
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
 }
 
 /// How to start a control plane.

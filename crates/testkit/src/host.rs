@@ -59,6 +59,21 @@ pub fn remove_stale_dirs() {
     }
 }
 
+/// `name` in a folder of `PATH`.
+pub fn on_path(name: &str) -> Option<PathBuf> {
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|dir| dir.join(name))
+        .find(|p| p.is_file())
+}
+
+/// The program the variable `var` names (when set and not empty), else `name` on `PATH`.
+pub fn program(var: &str, name: &str) -> Option<PathBuf> {
+    match std::env::var_os(var) {
+        Some(path) if !path.is_empty() => Some(PathBuf::from(path)),
+        _ => on_path(name),
+    }
+}
+
 /// A loopback port that was free a moment ago.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
