@@ -16,11 +16,11 @@
 //! (`bulk`); a relist of the ResourceQuotas wakes only the first of each line.
 
 mod bulk;
-mod execute;
 mod fresher;
 mod line;
 mod orphans;
 mod reconcile;
+mod send;
 mod triggers;
 pub(super) mod workers;
 
@@ -44,10 +44,9 @@ use super::watch::{self, WatchHealth};
 use crate::api::{keys, kinds};
 use crate::cached::{CachedBrowser, CachedPod};
 use crate::lifecycle::lane::Lane;
-use crate::lifecycle::rejection::{self, Write};
-use crate::link::error::describe;
+use crate::lifecycle::reconcile::Trouble;
+use crate::lifecycle::request;
 use crate::metrics::{ErrorKind, Watched};
-use execute::ExecuteError;
 use fresher::Fresher;
 use line::Lines;
 
@@ -55,56 +54,27 @@ use line::Lines;
 #[derive(Debug, thiserror::Error)]
 pub enum ReconcileError {
     #[error(transparent)]
-    Execute(#[from] ExecuteError),
-    #[error("reading pod {name}: {}", describe(.source))]
-    ReadPod {
-        name: String,
-        #[source]
-        source: kube::Error,
-    },
-    #[error("reading Browser {name}: {}", describe(.source))]
-    ReadBrowser {
-        name: String,
-        #[source]
-        source: kube::Error,
-    },
+    Trouble(#[from] Trouble),
     #[error("the {0} cache was closed")]
     StoreClosed(&'static str),
     #[error("cannot read the pod as JSON: {0}")]
     Serialize(#[source] serde_json::Error),
-    /// The pod was rejected for a field the cluster does not know, and the cluster's Pod
-    /// schema has changed since the pod was pruned: the next attempt prunes anew.
-    #[error(
-        "the cluster rejected the pod for fields its schema lacks; retrying with its new schema: {0}"
-    )]
-    StaleSchema(String),
-    /// Every decision of the reconcile was overtaken by what its writes found (a pod
-    /// appearing and vanishing again, say); the next attempt starts afresh.
-    #[error("the decision did not settle within one reconcile; retrying")]
-    Unsettled,
 }
 
 impl ReconcileError {
-    /// The write and the API server's answer, when the error is a refusal no rule knows
-    /// (`rejection::is_refusal`).
-    fn refusal(&self) -> Option<(Write, &kube::core::Status)> {
-        match self {
-            ReconcileError::Execute(ExecuteError::Api {
-                write,
-                source: kube::Error::Api(status),
-            }) if rejection::is_refusal(status.code) => Some((*write, status)),
-            _ => None,
-        }
-    }
-
     fn kind(&self) -> ErrorKind {
         match self {
-            ReconcileError::Execute(_) => ErrorKind::Write,
-            ReconcileError::ReadPod { .. } | ReconcileError::ReadBrowser { .. } => ErrorKind::Read,
+            ReconcileError::Trouble(Trouble::Failed {
+                action: request::Action::ReadPod | request::Action::ReadBrowser,
+                ..
+            }) => ErrorKind::Read,
+            ReconcileError::Trouble(Trouble::Failed { .. } | Trouble::Refused { .. }) => {
+                ErrorKind::Write
+            }
+            ReconcileError::Trouble(Trouble::StaleSchema(_)) => ErrorKind::Schema,
+            ReconcileError::Trouble(Trouble::Unsettled) => ErrorKind::Unsettled,
             ReconcileError::StoreClosed(_) => ErrorKind::Store,
             ReconcileError::Serialize(_) => ErrorKind::Serialize,
-            ReconcileError::StaleSchema(_) => ErrorKind::Schema,
-            ReconcileError::Unsettled => ErrorKind::Unsettled,
         }
     }
 }
@@ -189,12 +159,17 @@ impl Scope {
         (ahead, arriving, quotas)
     }
 
-    /// Counts a refusal of one of the Browser's writes; returns how many in a row.
-    fn refused(&self, key: &(String, String)) -> u32 {
+    /// Refusals in a row of the Browser's requests so far.
+    fn refusals(&self, key: &(String, String)) -> u32 {
+        let refusals = self.refusals.lock().unwrap_or_else(|e| e.into_inner());
+        refusals.get(key).copied().unwrap_or(0)
+    }
+
+    /// Counts a refusal of one of the Browser's requests.
+    fn refused(&self, key: &(String, String)) {
         let mut refusals = self.refusals.lock().unwrap_or_else(|e| e.into_inner());
         let count = refusals.entry(key.clone()).or_insert(0);
         *count = count.saturating_add(1);
-        *count
     }
 }
 
@@ -522,7 +497,8 @@ fn error_policy(browser: Arc<CachedBrowser>, error: &ReconcileError, scope: Arc<
     let key = (browser.namespace().unwrap_or_default(), browser.name_any());
     // A refusal will not pass with time: its few tries (`rejection::after_refusal`) come
     // quickly, so that the Browser fails within seconds.
-    let wait = if error.refusal().is_some() {
+    let wait = if let ReconcileError::Trouble(Trouble::Refused { .. }) = error {
+        scope.refused(&key);
         REFUSAL_RETRY
     } else {
         scope.backoff(key)

@@ -15,8 +15,12 @@ use jiff::Timestamp;
 use kube::runtime::reflector::ObjectRef;
 use tracing::warn;
 
-use super::{ReconcileError, Scope, execute};
-use crate::lifecycle::decide;
+use super::fresher::Known;
+use super::send::Apis;
+use super::{ReconcileError, Scope};
+use crate::lifecycle::decide::Line;
+use crate::lifecycle::reconcile::{Inputs, Learnt, Next, Reconcile, Step};
+use crate::lifecycle::request::Call;
 
 /// A Browser's namespace and name whose pod may be left behind.
 pub type Candidate = (String, String);
@@ -25,7 +29,8 @@ pub type Candidate = (String, String);
 const RETRY: Duration = Duration::from_secs(5);
 
 /// Deletes the pod of a Browser the cache no longer has, once the API server confirms that no
-/// Browser of that name exists; when to look again, if it is still terminating.
+/// Browser of that name exists (`lifecycle::reconcile`, `Reconcile::orphan`); when to look
+/// again, if it is still terminating.
 async fn sweep(scope: &Scope, ns: &str, name: &str) -> Result<Option<Duration>, ReconcileError> {
     let shared = &scope.shared;
     let pod_ref = ObjectRef::new_with(name, shared.cached.pod.clone()).within(ns);
@@ -36,33 +41,53 @@ async fn sweep(scope: &Scope, ns: &str, name: &str) -> Result<Option<Duration>, 
     if scope.browsers.get(&browser_ref).is_some() {
         return Ok(None);
     }
-    let browsers_api = scope.api(&shared.kinds.browser, ns);
-    let exists = browsers_api
-        .get_metadata_opt(name)
-        .await
-        .map_err(|source| ReconcileError::ReadBrowser {
-            name: name.to_string(),
-            source,
-        })?
-        .is_some();
-    if exists {
-        // The cache is behind: the Browser's own events bring it.
-        return Ok(None);
-    }
     let pod = serde_json::to_value(pod.to_object(&shared.kinds.pod))
         .map_err(ReconcileError::Serialize)?;
-    let plan = decide::orphaned(&pod, Timestamp::now(), &shared.settings);
-    if let Some(delete) = &plan.delete_pod {
-        warn!(
-            namespace = ns,
-            pod = name,
-            forced = delete.grace_seconds == Some(0),
-            "deleting a pod whose Browser is gone"
-        );
-        let pods_api = scope.api(&shared.kinds.pod, ns);
-        execute::delete_pod(&pods_api, name, delete, &shared.metrics).await?;
+    let inputs = Inputs {
+        settings: &shared.settings,
+        kind: &shared.kinds.browser,
+        now: Timestamp::now(),
+        link_regained: None,
+        line: Line::default(),
+        refusals: 0,
+    };
+    let apis = Apis {
+        browsers: scope.api(&shared.kinds.browser, ns),
+        pods: scope.api(&shared.kinds.pod, ns),
+        name,
+        metrics: &shared.metrics,
+        created: None,
+    };
+    let mut machine = Reconcile::orphan(inputs, pod);
+    let mut step = machine.start();
+    loop {
+        step = match step {
+            Step::Send(request) => {
+                if let Call::Delete { grace_seconds, .. } = &request.call {
+                    warn!(
+                        namespace = ns,
+                        pod = name,
+                        forced = *grace_seconds == Some(0),
+                        "deleting a pod whose Browser is gone"
+                    );
+                }
+                machine.answer(apis.send(&request).await)
+            }
+            Step::CheckSchema => machine.schema_checked(false),
+            Step::Done(done) => {
+                for learnt in done.pod {
+                    if let Learnt::Gone { uid } = learnt {
+                        scope.fresher.remember_pod(ns, name, Known::Gone { uid });
+                    }
+                }
+                return match done.next {
+                    Next::AwaitChange => Ok(None),
+                    Next::After(wait) => Ok(Some(wait)),
+                    Next::Retry(trouble) => Err(trouble.into()),
+                };
+            }
+        };
     }
-    Ok(plan.requeue_after)
 }
 
 /// Looks at each candidate until `candidates` ends; a pod still terminating, or a look that

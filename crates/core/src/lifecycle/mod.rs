@@ -2,7 +2,6 @@
 //! decision, what follows the API server's answers to its writes and what a rejected write
 //! means, all pure; the binary crate's executor performs a decided plan against the API.
 
-pub mod answers;
 pub mod decide;
 pub mod desired;
 pub mod lane;
@@ -10,5 +9,7 @@ pub mod milestones;
 pub mod plan;
 pub mod queue;
 pub mod reason;
+pub mod reconcile;
 pub mod rejection;
+pub mod request;
 pub mod status;

@@ -5,9 +5,8 @@
 //! ([`after_refusal`]): a few tries, then the Browser fails, then it is deleted, then the
 //! operator stops trying. Nothing is retried without end.
 
-use std::fmt;
-
 use super::reason::Reason;
+use super::request::Action;
 use super::status::Failure;
 
 /// The message with which server-side apply rejects a field the cluster's schema lacks.
@@ -77,40 +76,6 @@ pub fn is_refusal(code: u16) -> bool {
     (400..500).contains(&code) && !matches!(code, 401 | 404 | 408 | 409 | 429)
 }
 
-/// A write of a Browser reconcile, as messages name it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Write {
-    Metadata,
-    ReadBrowser,
-    AdoptPod,
-    CreatePod,
-    Status,
-    DeletePod,
-    DeleteBrowser,
-    ReleaseFinalizer,
-}
-
-impl Write {
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Write::Metadata => "apply Browser finalizer and labels",
-            Write::ReadBrowser => "read Browser",
-            Write::AdoptPod => "label adopted pod",
-            Write::CreatePod => "create pod",
-            Write::Status => "apply Browser status",
-            Write::DeletePod => "delete pod",
-            Write::DeleteBrowser => "delete Browser",
-            Write::ReleaseFinalizer => "release Browser finalizer",
-        }
-    }
-}
-
-impl fmt::Display for Write {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
 /// Refusals in a row of a Browser's writes before the next step of [`after_refusal`].
 pub const ATTEMPTS: u32 = 3;
 
@@ -118,7 +83,7 @@ pub const ATTEMPTS: u32 = 3;
 /// answer at length).
 const MESSAGE_MAX: usize = 1024;
 
-/// What follows the `refusals`-th refusal in a row (counting this one) of a Browser's writes.
+/// What follows the `refusals`-th refusal in a row (counting this one) of a Browser's requests.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AfterRefusal {
     /// Try again with backoff.
@@ -132,11 +97,11 @@ pub enum AfterRefusal {
     GiveUp,
 }
 
-/// The next step after a refused `write`: [`ATTEMPTS`] tries, then the failure naming the
+/// The next step after a refused request for `action`: [`ATTEMPTS`] tries, then the failure naming the
 /// server's answer, then the Browser's deletion, then nothing more.
 pub fn after_refusal(
     refusals: u32,
-    write: Write,
+    action: Action,
     code: u16,
     reason: &str,
     message: &str,
@@ -145,7 +110,7 @@ pub fn after_refusal(
         n if n < ATTEMPTS => AfterRefusal::Retry,
         n if n < 2 * ATTEMPTS => {
             let mut text =
-                format!("the API server refused to {write} {n} times: {code} {reason}: {message}");
+                format!("the API server refused to {action} {n} times: {code} {reason}: {message}");
             if text.len() > MESSAGE_MAX {
                 let mut end = MESSAGE_MAX;
                 while !text.is_char_boundary(end) {
@@ -168,6 +133,7 @@ fn is_unknown_field_rejection(message: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lifecycle::request::Write;
 
     #[test]
     fn create_errors_are_classified_per_the_cleanup_table() {
@@ -212,7 +178,7 @@ mod tests {
             .map(|n| {
                 after_refusal(
                     n,
-                    Write::Status,
+                    Action::Write(Write::Status),
                     413,
                     "RequestEntityTooLarge",
                     "limit is 3145728",
@@ -239,7 +205,7 @@ mod tests {
         assert_eq!(steps[8..], [AfterRefusal::GiveUp, AfterRefusal::GiveUp]);
         // However long the server's message, the status gets a bounded one.
         let long = "x".repeat(10_000);
-        match after_refusal(3, Write::Metadata, 422, "Invalid", &long) {
+        match after_refusal(3, Action::Write(Write::Metadata), 422, "Invalid", &long) {
             AfterRefusal::Fail(f) => assert_eq!(f.message.len(), 1024),
             other => panic!("{other:?}"),
         }
