@@ -3,9 +3,10 @@
 //! decides; the modules of this crate are the edges that talk to the API server and the
 //! network and execute its plans.
 
-pub use browser_controller_core::{api, config, duration, lifecycle, names, pod, prepull, startup};
+pub use browser_controller_core::{
+    api, cached, config, duration, index, lifecycle, names, pod, prepull, startup, workqueue,
+};
 
-pub mod cached;
 pub mod check;
 pub mod cli;
 pub mod commands;

@@ -261,11 +261,7 @@ async fn reconcile_until_stopped(
             .cloned()
             .map(|ns| controller::config::run_scope(validation.clone(), ns, stop.clone())),
     );
-    let controllers = futures::future::join_all(
-        scopes
-            .into_iter()
-            .map(|ns| controller::run_scope(shared.clone(), ns, stop.clone())),
-    );
+    let controllers = controller::run(shared.clone(), scopes, stop.clone());
     let work = async {
         if let Either::Right((_, controllers)) =
             futures::future::select(Box::pin(controllers), Box::pin(validators)).await

@@ -1,7 +1,8 @@
 //! The IO edge of the reconciles, one folder per controller: the Browser controller
-//! (`browser`: its wiring and triggers, one reconcile, the executor of its plans, and
-//! read-your-writes) and the BrowserConfig controller (`config`: validation by dry run, status,
-//! image pre-pull). What both use lives beside them: the state every scope shares (`shared`),
+//! (`browser`: the watches and index of each scope, the workers and one reconcile) and the
+//! BrowserConfig controller (`config`: validation by dry run, status, image pre-pull). What
+//! both use lives beside them: the state every scope shares (`shared`), the work queue of
+//! the Browser reconciles (`workqueue`),
 //! the watch pipeline (`watch`), Events (`events`), the dry-run verdicts the Browser
 //! controller reads (`verdicts`), the API of a watched scope (`scope`) and objects too deep to
 //! decode (`decoded`). At start-up, the kinds are resolved through discovery (`discovery`) and
@@ -17,6 +18,7 @@ mod scope;
 mod shared;
 pub mod verdicts;
 pub mod watch;
+pub mod workqueue;
 
-pub use browser::run_scope;
+pub use browser::run;
 pub use shared::{Shared, SharedParts};

@@ -6,11 +6,11 @@ use std::sync::{Arc, Mutex};
 
 use kube::Client;
 
-use super::browser::workers::Workers;
 use super::events::EventSink;
 use super::openapi::PodSchemas;
 use super::verdicts::Verdicts;
 use super::watch::WatchHealth;
+use super::workqueue::Queue;
 use crate::api::kinds::Kinds;
 use crate::cached::CachedKinds;
 use crate::lifecycle::plan::Settings;
@@ -24,9 +24,9 @@ pub struct Shared {
     /// `kinds` of the Browsers and pods as the caches and the controller's queue key them.
     pub cached: CachedKinds,
     pub settings: Settings,
-    /// Reconciles at work at once (`--max-workers`), granted by lane: what a client waits
+    /// The Browsers waiting for one of `--max-workers` workers, by lane: what a client waits
     /// on first (`lifecycle::lane`).
-    pub(super) workers: Workers,
+    pub(super) queue: Queue,
     pub metrics: Arc<Metrics>,
     pub verdicts: Arc<Verdicts>,
     /// The cluster's Pod schema, which rendered pods are pruned to.
@@ -71,7 +71,7 @@ impl Shared {
             cached: CachedKinds::new(&kinds),
             kinds,
             settings,
-            workers: Workers::new(usize::from(max_workers.max(1)), metrics.clone()),
+            queue: Queue::new(usize::from(max_workers), metrics.clone()),
             metrics,
             verdicts: Arc::new(Verdicts::default()),
             schemas,

@@ -1,233 +1,265 @@
-//! One Browser reconcile: the Browser and its pod as the caches and read-your-writes know
-//! them, the step machine of `lifecycle::reconcile` run against the API (`send`), and what
-//! it ended with: what its answers taught remembered, its milestones counted, its Events
-//! handed to the publisher, and when to look again.
+//! The workers and one reconcile: a worker takes a key from the work queue, the reconcile
+//! begins from what the scope's index says of it, runs the step machine of
+//! `lifecycle::reconcile` (sending each request it asks for exactly as it says, and feeding
+//! back the answer), and ends through the index; then the queue hears when to look again.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use jiff::Timestamp;
-use kube::api::DynamicObject;
-use kube::runtime::controller::Action;
-use kube::runtime::reflector::ObjectRef;
-use kube::{Resource, ResourceExt};
-use serde_json::Value;
+use kube::Resource;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions};
 use tracing::{Instrument, debug, info_span, warn};
 
-use super::fresher::Known;
-use super::line::Standing;
-use super::send::Apis;
-use super::{ReconcileError, Scope};
-use crate::cached::CachedBrowser;
+use super::scope::Scope;
+use crate::controller::Shared;
+use crate::controller::decoded::FromIdentity;
+use crate::index::Key;
 use crate::lifecycle::decide::Line;
 use crate::lifecycle::desired;
 use crate::lifecycle::plan::PodCreation;
-use crate::lifecycle::queue;
-use crate::lifecycle::reconcile::{Done, Inputs, Learnt, Next, Reconcile, Step};
-use crate::metrics::Stage;
+use crate::lifecycle::reconcile::{Done, Inputs, Next, Reconcile, Step, Trouble};
+use crate::lifecycle::request::{Action, Answer, Call, Request, Target, Write};
+use crate::link::error::describe;
+use crate::metrics::{ApiWrite, ErrorKind, Stage};
 
-pub(super) async fn reconcile(
-    browser: Arc<CachedBrowser>,
-    scope: Arc<Scope>,
-) -> Result<Action, ReconcileError> {
-    let ns = browser.namespace().unwrap_or_default();
-    let name = browser.name_any();
-    drop(browser);
-    let _running = scope.admission.start(&(ns.clone(), name.clone()));
-    let _guard = scope.shared.metrics.reconcile_started();
-    // No decision before the stores are complete: no spurious ConfigNotFound at start-up.
-    if !scope.configs_health.synced().await {
-        return Err(ReconcileError::StoreClosed("BrowserConfig"));
+/// The wait before a request refused for a reason no rule knows is tried again: a refusal
+/// does not pass with time, and its few tries (`rejection::after_refusal`) come quickly, so
+/// that the Browser fails within seconds.
+const REFUSAL_RETRY: Duration = Duration::from_secs(1);
+
+/// One worker: reconciles the keys it takes until the queue stops.
+pub async fn work(shared: Arc<Shared>, scopes: Arc<[Arc<Scope>]>) {
+    while let Some((key, _lane)) = shared.queue.take().await {
+        let again = match scopes.iter().find(|scope| scope.covers(&key.0)) {
+            Some(scope) => {
+                let span = info_span!("reconcile", namespace = %key.0, name = %key.1);
+                reconcile(scope, &key).instrument(span).await
+            }
+            None => None,
+        };
+        shared.queue.done(&key, again);
     }
-    if !scope.pods_health.synced().await {
-        return Err(ReconcileError::StoreClosed("Pod"));
-    }
-    if !scope.quotas_health.synced().await {
-        return Err(ReconcileError::StoreClosed("ResourceQuota"));
-    }
-    // A burst (or the start over thousands of Browsers) waits here, small: the reconcile's
-    // own state is built only once a worker is free.
-    let _worker = scope
-        .shared
-        .workers
-        .acquire((ns.clone(), name.clone()), || scope.lane(&ns, &name))
-        .await;
-    let span = info_span!("reconcile", namespace = %ns, name = %name);
-    let result = match run(&scope, &ns, &name).instrument(span).await? {
-        Some((done, browser)) => finish(&scope, &ns, &name, done, &browser),
-        None => Ok(Action::await_change()),
-    };
-    if result.is_ok() {
-        scope.succeeded(&(ns, name));
-    }
-    result
 }
 
-/// A Browser and its pod (`None` when the cache lacks it).
-type View = (Arc<DynamicObject>, Option<Value>);
-
-/// The Browser and its pod as the caches and the last answers know them (`None` once the
-/// Browser is gone or let go of).
-fn view(scope: &Scope, ns: &str, name: &str) -> Result<Option<View>, ReconcileError> {
+/// Reconciles the Browser `key` (or the pod it left behind); when to look again.
+async fn reconcile(scope: &Scope, key: &Key) -> Option<Duration> {
     let shared = &scope.shared;
-    let browser_ref = ObjectRef::new_with(name, shared.cached.browser.clone()).within(ns);
-    let Some(cached) = scope.browsers.get(&browser_ref) else {
-        return Ok(None);
-    };
-    let Some(browser) = scope
-        .fresher
-        .pick_browser(ns, name, &cached, &shared.kinds.browser)
-    else {
-        return Ok(None);
-    };
-    let pod_ref = ObjectRef::new_with(name, shared.cached.pod.clone()).within(ns);
-    let pod = scope
-        .fresher
-        .pick_pod(
-            ns,
-            name,
-            scope.pods.get(&pod_ref).as_deref(),
-            &shared.kinds.pod,
-        )
-        .map(|pod| serde_json::to_value(&*pod))
-        .transpose()
-        .map_err(ReconcileError::Serialize)?;
-    Ok(Some((browser, pod)))
-}
-
-/// Runs the step machine for the Browser `ns`/`name`, sending what it asks for; how it
-/// ended, and the Browser it started from (`None`: there is none to reconcile).
-async fn run(
-    scope: &Scope,
-    ns: &str,
-    name: &str,
-) -> Result<Option<(Done, Arc<DynamicObject>)>, ReconcileError> {
-    let Some((browser, pod)) = view(scope, ns, name)? else {
-        return Ok(None);
-    };
-    let shared = &scope.shared;
+    let _guard = shared.metrics.reconcile_started();
+    let (ns, name) = key;
+    let begun = scope.begin(key);
     let schema = shared.schemas.current();
-    let (ahead, arriving, quotas) = scope.line_of(ns, &browser);
+    let quotas = scope.quotas(ns);
     let inputs = Inputs {
         settings: &shared.settings,
         kind: &shared.kinds.browser,
         now: Timestamp::now(),
         link_regained: shared.link.state().regained,
         line: Line {
-            ahead,
-            arriving,
+            ahead: begun.ahead,
+            arriving: begun.arriving,
             quotas: &quotas,
         },
-        refusals: scope.refusals(&(ns.to_string(), name.to_string())),
+        refusals: begun.refusals,
     };
     let render = |browser: &DynamicObject| -> PodCreation {
-        let configs: Vec<Arc<DynamicObject>> = scope
-            .configs
-            .state()
-            .into_iter()
-            .filter(|c| c.metadata.namespace.as_deref() == Some(ns))
-            .collect();
         desired::pod_for(
             browser,
-            &configs,
+            &scope.configs(ns),
             &shared.kinds.browser,
             &shared.settings.policy,
             schema.as_deref(),
             |config, name, version| shared.verdicts.rejection(ns, config, name, version),
         )
     };
-    let apis = Apis {
-        browsers: scope.api(&shared.kinds.browser, ns),
-        pods: scope.api(&shared.kinds.pod, ns),
-        name,
-        metrics: &shared.metrics,
-        created: browser.metadata.creation_timestamp.as_ref().map(|t| t.0),
+    let pod = begun.pod.and_then(|pod| serde_json::to_value(&*pod).ok());
+    let mut machine = match (&begun.browser, pod) {
+        (Some(browser), pod) => Reconcile::browser(inputs, &render, (**browser).clone(), pod),
+        (None, Some(pod)) => Reconcile::orphan(inputs, pod),
+        (None, None) => {
+            scope.end(key, &Done::default());
+            return None;
+        }
     };
-    let mut machine = Reconcile::browser(inputs, &render, (*browser).clone(), pod);
+    let apis = Apis {
+        browsers: Api::namespaced_with(shared.client.clone(), ns, &shared.kinds.browser),
+        pods: Api::namespaced_with(shared.client.clone(), ns, &shared.kinds.pod),
+        name,
+        shared,
+        created: begun
+            .browser
+            .as_ref()
+            .and_then(|b| b.metadata.creation_timestamp.as_ref()),
+    };
     let mut step = machine.start();
-    loop {
+    let done = loop {
         step = match step {
-            Step::Send(request) => {
-                debug!(request = %request.action, "sending");
-                machine.answer(apis.send(&request).await)
-            }
+            Step::Send(request) => machine.answer(apis.send(&request).await),
             Step::CheckSchema => {
                 machine.schema_checked(shared.schemas.renewed_since(schema.as_deref()).await)
             }
-            Step::Done(done) => return Ok(Some((done, browser))),
+            Step::Done(done) => break done,
         };
+    };
+    scope.end(key, &done);
+    observe(shared, key, &done, begun.browser.as_deref());
+    match done.next {
+        Next::AwaitChange => {
+            shared.queue.forget(key);
+            None
+        }
+        Next::After(wait) => {
+            shared.queue.forget(key);
+            Some(wait)
+        }
+        Next::Retry(trouble) => {
+            shared.metrics.reconcile_error(error_kind(&trouble));
+            let wait = match trouble {
+                Trouble::Refused { .. } => REFUSAL_RETRY,
+                _ => shared.queue.backoff(key),
+            };
+            warn!(error = %trouble, retry_in = ?wait, "reconcile failed");
+            Some(wait)
+        }
     }
 }
 
-/// What follows the end of a reconcile: what its answers taught is remembered, its
-/// milestones counted, its Events published; then when to look again.
-fn finish(
-    scope: &Scope,
-    ns: &str,
-    name: &str,
-    done: Done,
-    browser: &DynamicObject,
-) -> Result<Action, ReconcileError> {
-    let shared = &scope.shared;
-    for learnt in &done.browser {
-        match learnt {
-            Learnt::Object(written) => {
-                // Its place in line shows at once, before the watch brings the write back: a
-                // Browser decided meanwhile does not overtake it.
-                let created = written.metadata.creation_timestamp.as_ref().map(|t| t.0);
-                let status = written.data.get("status").unwrap_or(&Value::Null);
-                let waits = queue::queued_since(status, created).and(created);
-                scope
-                    .lines
-                    .note(ns, name, waits.map(|created| (Standing::Waiting, created)));
-                scope.fresher.remember_browser(
-                    ns,
-                    name,
-                    Known::Object(Arc::new((**written).clone())),
-                );
-            }
-            Learnt::Gone { uid } => {
-                scope.lines.note(ns, name, None);
-                scope
-                    .fresher
-                    .remember_browser(ns, name, Known::Gone { uid: uid.clone() });
-            }
-        }
-    }
-    for learnt in &done.pod {
-        let known = match learnt {
-            Learnt::Object(pod) => Known::Object(Arc::new((**pod).clone())),
-            Learnt::Gone { uid } => Known::Gone { uid: uid.clone() },
-        };
-        scope.fresher.remember_pod(ns, name, known);
-    }
+/// Counts the milestones of a reconcile that ended, and publishes its Events on `browser`.
+fn observe(shared: &Shared, (ns, name): &Key, done: &Done, browser: Option<&DynamicObject>) {
+    let metrics = &shared.metrics;
     if let Some(reason) = &done.deletion {
-        shared.metrics.deletion(reason);
+        metrics.deletion(reason);
     }
     if let Some(reason) = &done.failure {
-        shared.metrics.failure(reason);
+        metrics.failure(reason);
     }
     if let Some(left) = done.left_line {
-        shared.metrics.left_line(left);
+        metrics.left_line(left);
     }
+    if let Some(warning) = &done.warning {
+        warn!(namespace = %ns, %name, "{warning}");
+    }
+    let Some(browser) = browser else {
+        return;
+    };
     if done.running
         && let Some(created) = &browser.metadata.creation_timestamp
     {
-        shared
-            .metrics
-            .startup(Stage::Running, created.0, Timestamp::now());
-    }
-    if let Some(warning) = &done.warning {
-        warn!(namespace = ns, name, "{warning}");
+        metrics.startup(Stage::Running, created.0, Timestamp::now());
     }
     if !done.events.is_empty() {
         let reference = browser.object_ref(&shared.kinds.browser);
-        for event in done.events {
-            shared.events.publish(event, reference.clone());
+        for event in &done.events {
+            shared.events.publish(event.clone(), reference.clone());
         }
     }
-    match done.next {
-        Next::AwaitChange => Ok(Action::await_change()),
-        Next::After(wait) => Ok(Action::requeue(wait)),
-        Next::Retry(trouble) => Err(ReconcileError::Trouble(trouble)),
+}
+
+fn error_kind(trouble: &Trouble) -> ErrorKind {
+    match trouble {
+        Trouble::Failed {
+            action: Action::ReadPod | Action::ReadBrowser,
+            ..
+        } => ErrorKind::Read,
+        Trouble::Failed { .. } | Trouble::Refused { .. } => ErrorKind::Write,
+        Trouble::StaleSchema(_) => ErrorKind::Schema,
+        Trouble::Unsettled => ErrorKind::Unsettled,
+    }
+}
+
+/// The APIs of one Browser's namespace, and the name its requests are about.
+struct Apis<'a> {
+    browsers: Api<DynamicObject>,
+    pods: Api<DynamicObject>,
+    name: &'a str,
+    shared: &'a Shared,
+    /// When the Browser was created, for the `pod_created` startup stage.
+    created: Option<&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+}
+
+impl Apis<'_> {
+    /// Sends `request` as it says and returns the answer; counts the writes on the way.
+    async fn send(&self, request: &Request) -> Answer {
+        let (api, name, metrics) = (self.api(request.target), self.name, &self.shared.metrics);
+        debug!(request = %request.action, "sending");
+        if let Action::Write(write) = request.action {
+            metrics.write(counted(write));
+        }
+        let sent = Timestamp::now();
+        let result = match &request.call {
+            Call::Get => api.get_opt(name).await,
+            Call::GetMetadata => api
+                .get_metadata_opt(name)
+                .await
+                .map(|meta| meta.map(|meta| DynamicObject::from_identity(meta.metadata))),
+            Call::Apply { manager, body } => {
+                let (params, patch) = (PatchParams::apply(manager).force(), Patch::Apply(body));
+                match request.target {
+                    Target::BrowserStatus => api.patch_status(name, &params, &patch).await,
+                    Target::Browser | Target::Pod => api.patch(name, &params, &patch).await,
+                }
+                .map(Some)
+            }
+            Call::Delete { uid, grace_seconds } => {
+                let params = DeleteParams {
+                    grace_period_seconds: *grace_seconds,
+                    preconditions: Some(Preconditions {
+                        uid: Some(uid.clone()),
+                        resource_version: None,
+                    }),
+                    ..DeleteParams::background()
+                };
+                api.delete(name, &params).await.map(|either| either.left())
+            }
+            Call::Patch(patch) => {
+                let patch = Patch::<()>::Json(patch.clone());
+                api.patch(name, &PatchParams::default(), &patch)
+                    .await
+                    .map(Some)
+            }
+        };
+        let answer = match result {
+            Ok(Some(mut object)) => {
+                object.metadata.managed_fields = None;
+                Answer::Object(Box::new(object))
+            }
+            Ok(None) => Answer::Absent,
+            Err(kube::Error::Api(status)) => Answer::Status {
+                code: status.code,
+                reason: status.reason,
+                message: status.message,
+            },
+            Err(error) => Answer::Lost(describe(&error).to_string()),
+        };
+        if request.action == Action::Write(Write::CreatePod) {
+            match (&answer, self.created) {
+                // A pod is created at most once per Browser: this is its one sample.
+                (Answer::Object(_), Some(created)) => {
+                    metrics.startup(Stage::PodCreated, created.0, sent);
+                }
+                (Answer::Status { code, .. }, _) if *code != 409 => metrics.pod_create_error(*code),
+                _ => {}
+            }
+        }
+        answer
+    }
+
+    fn api(&self, target: Target) -> &Api<DynamicObject> {
+        match target {
+            Target::Pod => &self.pods,
+            Target::Browser | Target::BrowserStatus => &self.browsers,
+        }
+    }
+}
+
+/// A write as the metrics count it, by verb and resource.
+fn counted(write: Write) -> ApiWrite {
+    match write {
+        Write::Metadata => ApiWrite::ApplyBrowser,
+        Write::AdoptPod | Write::CreatePod => ApiWrite::ApplyPod,
+        Write::Status => ApiWrite::ApplyBrowserStatus,
+        Write::DeletePod => ApiWrite::DeletePod,
+        Write::DeleteBrowser => ApiWrite::DeleteBrowser,
+        Write::ReleaseFinalizer => ApiWrite::PatchBrowser,
     }
 }

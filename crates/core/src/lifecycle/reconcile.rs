@@ -285,6 +285,15 @@ impl<'a> Reconcile<'a> {
                 Answer::Object(_) => self.end(Next::AwaitChange),
                 Answer::Absent => {
                     let plan = decide::orphaned(&pod, self.inputs.now, self.inputs.settings);
+                    if let Some(delete) = &plan.delete_pod {
+                        let forced = if delete.grace_seconds == Some(0) {
+                            ", forced"
+                        } else {
+                            ""
+                        };
+                        self.done.warning =
+                            Some(format!("deleting a pod whose Browser is gone{forced}"));
+                    }
                     self.write(plan, Vec::new(), true)
                 }
                 other => self.trouble(Action::ReadBrowser, other, false),

@@ -19,12 +19,12 @@ use std::sync::Arc;
 
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
-use kube::api::{DynamicObject, TypeMeta};
-use kube::core::{ApiResource, DynamicResourceScope, Resource};
+use kube_core::{ApiResource, DynamicObject, DynamicResourceScope, Resource, TypeMeta};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Value, json};
 
 use crate::api::browser::{BrowserSpec, SpecField, StatusView};
+use crate::lifecycle::lane::{self, Lane, Progress};
 use crate::lifecycle::queue;
 use packed::{Dictionary, Packed};
 
@@ -94,18 +94,13 @@ impl Meta {
 static BROWSERS: Dictionary = Dictionary::new();
 static PODS: Dictionary = Dictionary::new();
 
-/// The JSON text of the object's metadata, spec and status (those present), packed.
-fn text(
-    meta: &Meta,
-    spec: &impl Serialize,
-    status: &impl Serialize,
-    dictionary: &Dictionary,
-) -> Packed {
+/// The object's metadata, spec and status (those present).
+fn whole(meta: &Meta, spec: &impl Serialize, status: &impl Serialize) -> Value {
     let mut object = json!({"metadata": meta, "spec": spec, "status": status});
     if let Some(fields) = object.as_object_mut() {
         fields.retain(|_, v| !v.is_null());
     }
-    Packed::new(&object.to_string(), dictionary)
+    object
 }
 
 /// The object as decisions take it, from its text.
@@ -227,7 +222,10 @@ impl<'de> Deserialize<'de> for CachedBrowser {
                 .phase_as_written()
                 .map(Box::from),
             deleting: wire.metadata.deletion_timestamp.is_some(),
-            text: text(&wire.metadata, &wire.spec, &wire.status, &BROWSERS),
+            text: Packed::new(
+                &whole(&wire.metadata, &wire.spec, &wire.status).to_string(),
+                &BROWSERS,
+            ),
             metadata: wire.metadata.identity(),
         })
     }
@@ -284,6 +282,11 @@ impl CachedBrowser {
     pub fn queued_since(&self) -> Option<Timestamp> {
         self.queued_since
     }
+
+    /// The lane the Browser's reconcile needs, with its pod as the cache has it.
+    pub fn lane(&self, pod: Option<&CachedPod>) -> Lane {
+        lane::lane(self.phase(), self.deleting(), pod.map(CachedPod::progress))
+    }
 }
 
 /// A cached pod: what identifies it, its metadata (no annotations) and what decisions read of
@@ -294,6 +297,8 @@ pub struct CachedPod {
     pub metadata: ObjectMeta,
     /// `{"metadata": …, "spec": …, "status": …}`, cut down and packed.
     text: Packed,
+    /// How far it got, for the lane of its Browser (read at every event: kept apart).
+    progress: Progress,
 }
 
 dynamic_resource!(CachedPod);
@@ -394,8 +399,10 @@ impl<'de> Deserialize<'de> for CachedPod {
             conditions.retain(|c| c.type_.as_ref().and_then(Value::as_str) == Some(KEPT_CONDITION));
         }
         wire.metadata.keep_annotations(false);
+        let pod = whole(&wire.metadata, &wire.spec, &wire.status);
         Ok(CachedPod {
-            text: text(&wire.metadata, &wire.spec, &wire.status, &PODS),
+            progress: lane::progress(&pod),
+            text: Packed::new(&pod.to_string(), &PODS),
             metadata: wire.metadata.identity(),
         })
     }
@@ -416,6 +423,11 @@ impl CachedPod {
         serde_json::from_str(&text)
     }
 
+    /// How far the pod got, for the lane of its Browser.
+    pub fn progress(&self) -> Progress {
+        self.progress
+    }
+
     /// The name of the Browser the pod belongs to: a Browser's pod has its name (its label
     /// may hold a shortened form of a long name).
     pub fn browser(&self) -> Option<&str> {
@@ -434,6 +446,9 @@ pub fn cached<K: for<'de> Deserialize<'de>>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::keys;
+    use crate::lifecycle::decide::{self, Observed};
+    use crate::lifecycle::plan::Settings;
 
     fn pod_resource() -> ApiResource {
         ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&())
@@ -493,5 +508,204 @@ mod tests {
             object,
             json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "uid": "u"}})
         );
+    }
+
+    fn golden_pod(text: &str) -> Value {
+        crate::manifest::parse(text, std::path::Path::new("golden"))
+            .unwrap()
+            .remove(0)
+    }
+
+    fn goldens() -> Vec<Value> {
+        vec![
+            golden_pod(include_str!("../../../testdata/golden/chrome.pod.yaml")),
+            golden_pod(include_str!("../../../testdata/golden/playwright.pod.yaml")),
+        ]
+    }
+
+    fn names(pod: &Value, list: &str) -> Vec<String> {
+        pod["spec"][list]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c["name"].as_str().map(String::from))
+            .collect()
+    }
+
+    /// Pod states as a kubelet reports them, for every container of `pod`.
+    fn pod_states(pod: &Value) -> Vec<Value> {
+        let containers = names(pod, "containers");
+        let inits = names(pod, "initContainers");
+        let each = |list: &[String], state: &dyn Fn(usize) -> Value| -> Value {
+            list.iter()
+                .enumerate()
+                .map(|(i, name)| json!({"name": name, "image": "img", "ready": true, "restartCount": 0, "state": state(i),
+                    "imageID": "docker.io/img@sha256:0123", "containerID": format!("containerd://{i}"), "started": true,
+                    "lastState": {"terminated": {"exitCode": 1, "reason": "Error"}}, "user": {"linux": {"uid": 1000, "gid": 1000}},
+                    "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}], "resources": {"limits": {"memory": "1Gi"}}}))
+                .collect()
+        };
+        let running = json!({"running": {"startedAt": "2026-11-22T10:00:03Z"}});
+        let done = json!({"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": "2026-11-22T10:00:02Z", "finishedAt": "2026-11-22T10:00:03Z"}});
+        let conditions = json!([{"type": "PodScheduled", "status": "True", "lastProbeTime": null, "lastTransitionTime": "2026-11-22T10:00:01Z"},
+                                {"type": "Ready", "status": "True", "lastProbeTime": null, "lastTransitionTime": "2026-11-22T10:00:03Z"}]);
+        let mut states = vec![
+            json!({"phase": "Pending"}),
+            json!({"phase": "Pending", "startTime": "2026-11-22T10:00:01Z"}),
+            json!({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/3 nodes are available"}]}),
+            json!({"phase": "Pending", "startTime": "2026-11-22T10:00:01Z", "conditions": conditions,
+                   "initContainerStatuses": each(&inits, &|_| done.clone()),
+                   "containerStatuses": each(&containers, &|_| json!({"waiting": {"reason": "PodInitializing"}}))}),
+            json!({"phase": "Pending", "startTime": "2026-11-22T10:00:01Z", "conditions": conditions,
+                   "initContainerStatuses": each(&inits, &|_| json!({"waiting": {"reason": "CrashLoopBackOff", "message": "back-off"}})),
+                   "containerStatuses": each(&containers, &|_| json!({"waiting": {"reason": "PodInitializing"}}))}),
+            json!({"phase": "Running", "podIP": "10.1.2.3", "startTime": "2026-11-22T10:00:01Z", "conditions": conditions,
+                   "initContainerStatuses": each(&inits, &|_| done.clone()),
+                   "containerStatuses": each(&containers, &|_| running.clone())}),
+            json!({"phase": "Running", "podIP": "10.1.2.3", "startTime": "2026-11-22T10:00:01Z", "conditions": conditions,
+                   "initContainerStatuses": each(&inits, &|_| running.clone()),
+                   "containerStatuses": each(&containers, &|i| if i == 0 { done.clone() } else { running.clone() })}),
+            json!({"phase": "Failed", "reason": "Evicted", "message": "The node was low on resource: memory.",
+                   "startTime": "2026-11-22T10:00:01Z", "conditions": conditions,
+                   "containerStatuses": each(&containers, &|_| done.clone())}),
+        ];
+        // What a kubelet adds that no decision reads.
+        for state in &mut states {
+            state["hostIP"] = json!("10.0.0.2");
+            state["hostIPs"] = json!([{"ip": "10.0.0.2"}]);
+            state["qosClass"] = json!("Burstable");
+            if let Some(ip) = state.get("podIP").cloned() {
+                state["podIPs"] = json!([{"ip": ip}]);
+            }
+        }
+        states
+    }
+
+    #[test]
+    fn pruned_pods_lead_to_the_same_decisions_as_full_ones() {
+        let mut cases = 0;
+        for golden in goldens() {
+            // The same pod with its init containers as sidecars (restartPolicy Always).
+            let mut sidecars = golden.clone();
+            if let Some(inits) = sidecars["spec"]["initContainers"].as_array_mut() {
+                for c in inits {
+                    c["restartPolicy"] = json!("Always");
+                }
+            }
+            for base in [golden, sidecars] {
+                for state in pod_states(&base) {
+                    let mut pod = base.clone();
+                    if state["phase"] == "Running" || state.get("startTime").is_some() {
+                        pod["spec"]["nodeName"] = json!("node-1");
+                    }
+                    pod["metadata"]["uid"] = json!("pod-uid");
+                    pod["metadata"]["creationTimestamp"] = json!("2026-11-22T10:00:01Z");
+                    pod["status"] = state;
+                    let owner = &pod["metadata"]["ownerReferences"][0];
+                    for browser_status in [
+                        json!({}),
+                        json!({"phase": "Pending"}),
+                        json!({"phase": "Running", "podIP": "10.1.2.3", "startTime": "2026-11-22T10:00:01Z"}),
+                    ] {
+                        let browser: DynamicObject = serde_json::from_value(json!({
+                            "apiVersion": "selenosis.io/v1", "kind": "Browser",
+                            "metadata": {"name": owner["name"], "namespace": "selenosis", "uid": owner["uid"],
+                                "creationTimestamp": "2026-11-22T10:00:00Z", "finalizers": [keys::FINALIZER],
+                                "labels": pod["metadata"]["labels"]},
+                            "spec": {"browserName": "chrome", "browserVersion": "139.0"},
+                            "status": browser_status,
+                        }))
+                        .unwrap();
+                        let cached: CachedPod = serde_json::from_value(pod.clone()).unwrap();
+                        let pruned =
+                            serde_json::to_value(cached.to_object(&pod_resource())).unwrap();
+                        // Early, and past the pod creation timeout.
+                        for now in ["2026-11-22T10:00:05Z", "2026-11-22T10:10:00Z"] {
+                            let plan = |pod: &Value| {
+                                let observed = Observed {
+                                    browser: &browser,
+                                    pod: Some(pod),
+                                    now: now.parse().unwrap(),
+                                    link_regained: None,
+                                    line: decide::Line::default(),
+                                };
+                                decide::decide(&observed, &Settings::default(), || {
+                                    unreachable!("the pod exists")
+                                })
+                            };
+                            assert_eq!(plan(&pod), plan(&pruned), "{pod:#}");
+                            assert_eq!(cached.progress(), lane::progress(&pod), "{pod:#}");
+                            cases += 1;
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(cases, 2 * 2 * 8 * 3 * 2);
+    }
+
+    #[test]
+    fn pruned_pods_keep_names_ports_restart_policies_node_and_the_status_decisions_read() {
+        let mut pod = golden_pod(include_str!("../../../testdata/golden/playwright.pod.yaml"));
+        pod["spec"]["nodeName"] = json!("node-1");
+        pod["spec"]["initContainers"][0]["restartPolicy"] = json!("Always");
+        let state = |extra: Value| {
+            let mut status = json!({"name": "browser", "state": {"running": {}}, "image": "i", "restartCount": 0});
+            status
+                .as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            status
+        };
+        let kubelet = json!({"imageID": "i@sha256:1", "containerID": "c://1", "ready": true, "started": true, "lastState": {}});
+        pod["status"] = json!({"phase": "Running", "podIP": "10.1.2.3", "podIPs": [{"ip": "10.1.2.3"}], "hostIP": "10.0.0.2",
+            "qosClass": "Burstable", "startTime": "2026-11-22T10:00:01Z", "reason": "R", "message": "M",
+            "conditions": [{"type": "Ready", "status": "True", "lastProbeTime": null, "lastTransitionTime": "2026-11-22T10:00:03Z", "reason": "R", "message": "M"},
+                {"type": "PodScheduled", "status": "True", "lastProbeTime": null, "lastTransitionTime": "2026-11-22T10:00:01Z", "reason": "R", "message": "M"}],
+            "containerStatuses": [state(kubelet.clone())], "initContainerStatuses": [state(kubelet)]});
+        let cached: CachedPod = serde_json::from_value(pod.clone()).unwrap();
+        let object = cached.to_object(&pod_resource());
+        assert_eq!(
+            object.data["status"],
+            json!({"phase": "Running", "podIP": "10.1.2.3", "startTime": "2026-11-22T10:00:01Z", "reason": "R", "message": "M",
+                "conditions": [{"type": "PodScheduled", "status": "True", "reason": "R", "message": "M", "lastTransitionTime": "2026-11-22T10:00:01Z"}],
+                "containerStatuses": [state(json!({}))], "initContainerStatuses": [state(json!({}))]})
+        );
+        assert!(object.metadata.annotations.is_none());
+        assert_eq!(
+            object.metadata.labels,
+            serde_json::from_value(pod["metadata"]["labels"].clone()).unwrap()
+        );
+        assert!(object.metadata.owner_references.is_some());
+        let spec = object.data["spec"].as_object().unwrap();
+        let mut keys: Vec<&String> = spec.keys().collect();
+        keys.sort();
+        assert_eq!(keys, ["containers", "initContainers", "nodeName"]);
+        assert_eq!(
+            object.data["spec"]["containers"][0],
+            json!({"name": "browser", "ports": pod["spec"]["containers"][0]["ports"]})
+        );
+        assert_eq!(
+            object.data["spec"]["initContainers"][0],
+            json!({"name": "install-playwright-core", "restartPolicy": "Always"})
+        );
+        // What is dropped is most of the pod.
+        let before = serde_json::to_string(&pod).unwrap().len();
+        let after = serde_json::to_string(&object).unwrap().len();
+        assert!(after * 2 < before, "{after} of {before} bytes kept");
+    }
+
+    #[test]
+    fn pods_map_to_the_browser_of_their_name() {
+        // The label of a long name is shortened; the pod's name is the Browser's.
+        let long = format!("s1-{}", "a".repeat(100));
+        let pod: CachedPod = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": long, "namespace": "ns",
+                         "labels": {"selenosis.io/browser": crate::names::label_value_for(&long)},
+                         "ownerReferences": [{"apiVersion": "browser.selenosis.io/v1", "kind": "Browser", "name": long, "uid": "u", "controller": true}]}
+        }))
+        .unwrap();
+        assert_eq!(pod.browser(), Some(long.as_str()));
     }
 }

@@ -1,0 +1,665 @@
+//! The index of one watched scope (docs/architecture.md, "How one Browser flows through the
+//! code"): what the operator knows beside its watch caches, as plain data, and what each
+//! watch event and each reconcile's end asks of the work queue.
+//!
+//! - Read-your-writes (`freshness`): the answers of the operator's own requests until the
+//!   caches show them, and which watch events are only their echoes.
+//! - The lines of the capacity queue (`lines`).
+//! - The reconciles under way: a watch event for a Browser whose reconcile runs is held
+//!   until it ends, which then says whether it was news (a reconcile again) or an echo of its
+//!   own answers (nothing).
+//! - Refusals in a row of each Browser's requests (`rejection::after_refusal`).
+//! - Which caches have completed their first list: none is reconciled before all have, and
+//!   then every completed list reconciles the whole scope.
+
+pub mod freshness;
+pub mod lines;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use jiff::Timestamp;
+use kube_core::{DynamicObject, Resource};
+
+use crate::cached::{CachedBrowser, CachedKinds, CachedPod};
+use crate::lifecycle::reconcile::{Done, Learnt, Next, Trouble};
+use freshness::{Freshness, Pick, Version};
+use lines::Lines;
+
+/// A Browser: namespace and name.
+pub type Key = (String, String);
+
+/// A watch event, once the cache holds what it brought.
+#[derive(Debug, Clone, Copy)]
+pub enum Event<'a, K> {
+    Applied(&'a K),
+    Deleted(&'a K),
+    /// A relist begins.
+    Listing,
+    /// An object the relist found.
+    Listed(&'a K),
+    /// The relist is in the cache.
+    ListDone,
+}
+
+/// The caches of a scope.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cache {
+    Browsers,
+    Pods,
+    BrowserConfigs,
+    ResourceQuotas,
+}
+
+/// What the work queue is asked for.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Work {
+    /// Browsers to reconcile.
+    pub keys: Vec<Key>,
+    /// Every Browser of the scope, and every pod without its Browser, is to be reconciled.
+    pub everything: bool,
+}
+
+/// A watch event seen while the reconcile of its Browser ran.
+#[derive(Debug)]
+struct Seen {
+    pod: bool,
+    /// `None`: a deletion.
+    version: Option<String>,
+    echo: bool,
+}
+
+/// A reconcile under way: the versions it began from, and the events seen since.
+#[derive(Debug, Default)]
+struct Flight {
+    browser: Option<String>,
+    pod: Option<String>,
+    seen: Vec<Seen>,
+    /// A relist of the Browsers, of the pods, began meanwhile: what its answers returned may
+    /// be in the list, or behind a newer version the list holds, so it is not kept.
+    relisted: [bool; 2],
+}
+
+/// What a reconcile begins from.
+#[derive(Debug)]
+pub struct Begun {
+    /// The Browser to decide on: `None` when the operator let go of it or the cache has none.
+    pub browser: Option<Arc<DynamicObject>>,
+    /// The pod to decide on: `None` when the cache has none (the reconcile reads it).
+    pub pod: Option<Arc<DynamicObject>>,
+    /// Browsers of the namespace waiting in line ahead of it, and not handled yet.
+    pub ahead: usize,
+    pub arriving: usize,
+    pub refusals: u32,
+}
+
+fn version<K: Resource>(object: &K) -> Option<Version<'_>> {
+    let meta = object.meta();
+    Some((meta.uid.as_deref()?, meta.resource_version.as_deref()?))
+}
+
+fn key_of<K: Resource>(object: &K) -> Option<Key> {
+    let meta = object.meta();
+    Some((meta.namespace.clone()?, meta.name.clone()?))
+}
+
+/// The index of one scope.
+#[derive(Debug)]
+pub struct Index {
+    kinds: CachedKinds,
+    browsers: Freshness,
+    pods: Freshness,
+    lines: Lines,
+    flights: HashMap<Key, Flight>,
+    refusals: HashMap<Key, u32>,
+    /// Caches whose first list is not in yet.
+    unlisted: Vec<Cache>,
+}
+
+impl Index {
+    pub fn new(kinds: CachedKinds) -> Self {
+        Self {
+            kinds,
+            browsers: Freshness::default(),
+            pods: Freshness::default(),
+            lines: Lines::default(),
+            flights: HashMap::new(),
+            refusals: HashMap::new(),
+            unlisted: vec![
+                Cache::Browsers,
+                Cache::Pods,
+                Cache::BrowserConfigs,
+                Cache::ResourceQuotas,
+            ],
+        }
+    }
+
+    /// Whether every cache has its first list: reconciles may decide.
+    pub fn ready(&self) -> bool {
+        self.unlisted.is_empty()
+    }
+
+    /// A cache completed a list: whether the whole scope is reconciled now. Not before every
+    /// cache has its first (those reconciles would decide on a partial picture), then at each.
+    pub fn listed(&mut self, cache: Cache) -> Work {
+        self.unlisted.retain(|c| *c != cache);
+        Work {
+            keys: Vec::new(),
+            everything: self.ready(),
+        }
+    }
+
+    /// The ResourceQuotas completed a list: the first of their lists counts towards the
+    /// scope's readiness; after a relist (which may have missed a change that made room), the
+    /// first of every line looks again.
+    pub fn quotas_listed(&mut self) -> Work {
+        if self.unlisted.contains(&Cache::ResourceQuotas) {
+            return self.listed(Cache::ResourceQuotas);
+        }
+        Work {
+            keys: self.lines.firsts(),
+            everything: false,
+        }
+    }
+
+    /// Notes a watch event of a Browser; the keys to reconcile.
+    pub fn browser(&mut self, event: Event<CachedBrowser>) -> Work {
+        let mut work = Work::default();
+        match event {
+            Event::Applied(browser) => {
+                let (Some(key), Some(seen)) = (key_of(browser), version(browser)) else {
+                    return work;
+                };
+                work.keys
+                    .extend(self.lines.note(&key, lines::standing(browser)));
+                let echo = self.browsers.observe(&key, seen);
+                self.news(key, false, Some(seen.1), echo, &mut work);
+            }
+            Event::Deleted(browser) => {
+                let (Some(key), Some((uid, _))) = (key_of(browser), version(browser)) else {
+                    return work;
+                };
+                work.keys.extend(self.lines.note(&key, None));
+                self.browsers.forget(&key, uid);
+                self.pods.drop_key(&key);
+                // Its pod, if the cache still has one, may be left behind.
+                self.news(key, false, None, false, &mut work);
+            }
+            Event::Listing => {
+                self.lines.relist_started();
+                self.relisting(false);
+            }
+            Event::Listed(browser) => {
+                if let (Some(key), Some(seen)) = (key_of(browser), version(browser)) {
+                    self.lines.relisted(&key, lines::standing(browser));
+                    let echo = self.browsers.observe(&key, seen);
+                    self.listed_during(&key, false, seen.1, echo);
+                }
+            }
+            Event::ListDone => {
+                self.lines.relist_done();
+                self.browsers.reset();
+                return self.listed(Cache::Browsers);
+            }
+        }
+        self.until_ready(work)
+    }
+
+    /// Before every cache has its first list, events make no reconcile: the first round
+    /// covers what they brought.
+    fn until_ready(&self, mut work: Work) -> Work {
+        if !self.ready() {
+            work.keys.clear();
+        }
+        work
+    }
+
+    /// Notes a watch event of a pod; the keys to reconcile (its Browser's).
+    pub fn pod(&mut self, event: Event<CachedPod>) -> Work {
+        let mut work = Work::default();
+        match event {
+            Event::Applied(pod) => {
+                let (Some(key), Some(seen)) = (key_of(pod), version(pod)) else {
+                    return work;
+                };
+                let echo = self.pods.observe(&key, seen);
+                self.news(key, true, Some(seen.1), echo, &mut work);
+            }
+            Event::Deleted(pod) => {
+                if let Some(key) = key_of(pod) {
+                    self.news(key, true, None, false, &mut work);
+                }
+            }
+            Event::Listing => self.relisting(true),
+            Event::Listed(pod) => {
+                if let (Some(key), Some(seen)) = (key_of(pod), version(pod)) {
+                    let echo = self.pods.observe(&key, seen);
+                    self.listed_during(&key, true, seen.1, echo);
+                }
+            }
+            Event::ListDone => {
+                self.pods.reset();
+                return self.listed(Cache::Pods);
+            }
+        }
+        self.until_ready(work)
+    }
+
+    /// A relist of the Browsers (or of the pods) begins: the reconciles under way keep
+    /// nothing of what their answers return of them.
+    fn relisting(&mut self, pod: bool) {
+        for flight in self.flights.values_mut() {
+            flight.relisted[usize::from(pod)] = true;
+        }
+    }
+
+    /// An object a relist found, for the reconcile of its Browser under way (a relist
+    /// reconciles every Browser anyway once it is done).
+    fn listed_during(&mut self, key: &Key, pod: bool, version: &str, echo: bool) {
+        if let Some(flight) = self.flights.get_mut(key) {
+            flight.seen.push(Seen {
+                pod,
+                version: Some(version.to_string()),
+                echo,
+            });
+        }
+    }
+
+    /// An event of `key`'s Browser or pod: held for the reconcile under way, if any, else
+    /// reconciled unless it is an echo.
+    fn news(&mut self, key: Key, pod: bool, version: Option<&str>, echo: bool, work: &mut Work) {
+        match self.flights.get_mut(&key) {
+            Some(flight) => flight.seen.push(Seen {
+                pod,
+                version: version.map(str::to_string),
+                echo,
+            }),
+            None if !echo => work.keys.push(key),
+            None => {}
+        }
+    }
+
+    /// The first Browser of a namespace's line (a ResourceQuota of it changed).
+    pub fn first_in_line(&self, ns: &str) -> Option<Key> {
+        self.lines.first(ns)
+    }
+
+    /// The first of every line (the ResourceQuotas were listed again).
+    pub fn firsts_in_line(&self) -> Vec<Key> {
+        self.lines.firsts()
+    }
+
+    /// A reconcile of `key` begins from the Browser and pod the caches hold: what it decides
+    /// on. Watch events of `key` are held from now until it ends.
+    pub fn begin(
+        &mut self,
+        key: &Key,
+        browser: Option<&CachedBrowser>,
+        pod: Option<&CachedPod>,
+    ) -> Begun {
+        let cached_browser = browser.and_then(version);
+        let cached_pod = pod.and_then(version);
+        self.flights.insert(
+            key.clone(),
+            Flight {
+                browser: cached_browser.map(|(_, v)| v.to_string()),
+                pod: cached_pod.map(|(_, v)| v.to_string()),
+                seen: Vec::new(),
+                relisted: [false; 2],
+            },
+        );
+        let browser = match (self.browsers.pick(key, cached_browser), browser) {
+            (Pick::Ours(ours), _) => Some(ours),
+            (Pick::Cache, Some(cached)) => Some(Arc::new(cached.to_object(&self.kinds.browser))),
+            (Pick::Cache | Pick::Gone, _) => None,
+        };
+        let pod = match (self.pods.pick(key, cached_pod), pod) {
+            (Pick::Ours(ours), _) => Some(ours),
+            (Pick::Cache, Some(cached)) => Some(Arc::new(cached.to_object(&self.kinds.pod))),
+            (Pick::Cache | Pick::Gone, _) => None,
+        };
+        let created = browser
+            .as_ref()
+            .and_then(|b| b.metadata.creation_timestamp.as_ref())
+            .map_or(Timestamp::UNIX_EPOCH, |t| t.0);
+        let (ahead, arriving) = self.lines.ahead(key, created);
+        Begun {
+            browser,
+            pod,
+            ahead,
+            arriving,
+            refusals: self.refusals.get(key).copied().unwrap_or(0),
+        }
+    }
+
+    /// The reconcile of `key` ended with `done`: what its answers taught is kept, and the keys
+    /// to reconcile now: its own if a watch event held meanwhile was news, the first of its
+    /// line if it moved.
+    pub fn end(&mut self, key: &Key, done: &Done) -> Work {
+        let flight = self.flights.remove(key).unwrap_or_default();
+        let delivered = |pod: bool, began: &Option<String>| -> Vec<String> {
+            let seen = flight.seen.iter().filter(|s| s.pod == pod);
+            began
+                .iter()
+                .cloned()
+                .chain(seen.filter_map(|s| s.version.clone()))
+                .collect()
+        };
+        let (browsers, pods) = (
+            delivered(false, &flight.browser),
+            delivered(true, &flight.pod),
+        );
+        let browsers: Vec<&str> = browsers.iter().map(String::as_str).collect();
+        let pods: Vec<&str> = pods.iter().map(String::as_str).collect();
+        let [browsers_relisted, pods_relisted] = flight.relisted;
+        self.browsers
+            .learn(key, &done.browser, &browsers, !browsers_relisted);
+        self.pods.learn(key, &done.pod, &pods, !pods_relisted);
+        let mut work = Work::default();
+        if let Some(last) = done.browser.last() {
+            let stand = match last {
+                Learnt::Object(written) => lines::standing_of(written),
+                Learnt::Gone { .. } => None,
+            };
+            work.keys.extend(self.lines.note(key, stand));
+        }
+        match &done.next {
+            Next::Retry(Trouble::Refused { .. }) => {
+                *self.refusals.entry(key.clone()).or_insert(0) += 1;
+            }
+            Next::Retry(_) => {}
+            Next::AwaitChange | Next::After(_) => {
+                self.refusals.remove(key);
+            }
+        }
+        let learnt = |pod: bool| {
+            let learnt = if pod { &done.pod } else { &done.browser };
+            learnt
+                .iter()
+                .filter_map(|l| match l {
+                    Learnt::Object(o) => o.metadata.resource_version.clone(),
+                    Learnt::Gone { .. } => None,
+                })
+                .collect::<Vec<_>>()
+        };
+        let (learnt_browser, learnt_pod) = (learnt(false), learnt(true));
+        let news = flight.seen.iter().any(|seen| {
+            let (began, learnt) = if seen.pod {
+                (&flight.pod, &learnt_pod)
+            } else {
+                (&flight.browser, &learnt_browser)
+            };
+            match &seen.version {
+                None => true,
+                Some(v) => !seen.echo && began.as_ref() != Some(v) && !learnt.contains(v),
+            }
+        });
+        if news {
+            work.keys.push(key.clone());
+        }
+        work
+    }
+
+    /// What is kept: objects with read-your-writes entries (Browsers, pods), and reconciles
+    /// under way.
+    pub fn kept(&self) -> (usize, usize, usize) {
+        (self.browsers.len(), self.pods.len(), self.flights.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kube_core::ApiResource;
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    fn kinds() -> CachedKinds {
+        CachedKinds {
+            browser: Arc::new(ApiResource {
+                group: "selenosis.io".into(),
+                version: "v1".into(),
+                api_version: "selenosis.io/v1".into(),
+                kind: "Browser".into(),
+                plural: "browsers".into(),
+            }),
+            pod: Arc::new(ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&())),
+        }
+    }
+
+    fn key(name: &str) -> Key {
+        ("ns".into(), name.into())
+    }
+
+    fn object(name: &str, version: &str, status: Value) -> Value {
+        json!({
+            "metadata": {"name": name, "namespace": "ns", "uid": format!("uid-{name}"),
+                "resourceVersion": version, "creationTimestamp": "2026-11-28T10:00:00Z"},
+            "spec": {"browserName": "chrome", "browserVersion": "139.0"},
+            "status": status,
+        })
+    }
+
+    fn browser(name: &str, version: &str, status: Value) -> CachedBrowser {
+        serde_json::from_value(object(name, version, status)).unwrap()
+    }
+
+    fn pod(name: &str, version: &str) -> CachedPod {
+        serde_json::from_value(object(name, version, json!({"phase": "Pending"}))).unwrap()
+    }
+
+    fn answer(name: &str, version: &str, status: Value) -> Learnt {
+        Learnt::Object(Box::new(
+            serde_json::from_value(object(name, version, status)).unwrap(),
+        ))
+    }
+
+    /// An index whose caches have all listed.
+    fn ready() -> Index {
+        let mut index = Index::new(kinds());
+        for cache in [Cache::Browsers, Cache::Pods, Cache::BrowserConfigs] {
+            assert!(!index.listed(cache).everything);
+        }
+        assert!(index.quotas_listed().everything);
+        index
+    }
+
+    fn keys(work: Work) -> Vec<String> {
+        work.keys.into_iter().map(|(_, name)| name).collect()
+    }
+
+    #[test]
+    fn nothing_is_reconciled_before_every_cache_has_listed_then_everything_at_each_list() {
+        let mut index = Index::new(kinds());
+        let b = browser("s1", "1", json!({}));
+        assert_eq!(index.browser(Event::Applied(&b)), Work::default());
+        assert!(!index.browser(Event::ListDone).everything);
+        assert!(!index.listed(Cache::Pods).everything);
+        assert!(!index.listed(Cache::BrowserConfigs).everything);
+        assert!(index.quotas_listed().everything, "the last first list");
+        assert_eq!(keys(index.browser(Event::Applied(&b))), ["s1"]);
+        // Every later list of Browsers, pods or BrowserConfigs reconciles the whole scope; a
+        // later list of the quotas only wakes the first of each line.
+        assert!(index.pod(Event::ListDone).everything);
+        assert!(index.listed(Cache::BrowserConfigs).everything);
+        assert_eq!(index.quotas_listed(), Work::default());
+    }
+
+    #[test]
+    fn an_echo_of_the_operators_own_answer_makes_no_reconcile_and_news_does() {
+        let mut index = ready();
+        let k = key("s1");
+        index.begin(&k, Some(&browser("s1", "1", json!({}))), None);
+        let done = Done {
+            browser: vec![answer("s1", "2", json!({"phase": "Pending"}))],
+            ..Done::default()
+        };
+        assert_eq!(index.end(&k, &done), Work::default());
+        // The status write's echo tells nothing new; a client's change after it does.
+        let echo = browser("s1", "2", json!({"phase": "Pending"}));
+        assert_eq!(index.browser(Event::Applied(&echo)), Work::default());
+        let change = browser("s1", "3", json!({"phase": "Pending"}));
+        assert_eq!(keys(index.browser(Event::Applied(&change))), ["s1"]);
+    }
+
+    #[test]
+    fn events_during_a_reconcile_are_held_and_only_news_reconciles_again() {
+        let mut index = ready();
+        let k = key("s1");
+        let created = Done {
+            browser: vec![answer("s1", "2", json!({"phase": "Pending"}))],
+            pod: vec![answer("s1", "10", json!({}))],
+            ..Done::default()
+        };
+        // The echoes of its own writes come back before it ends: nothing more to do.
+        index.begin(&k, Some(&browser("s1", "1", json!({}))), None);
+        let echo = browser("s1", "2", json!({"phase": "Pending"}));
+        assert_eq!(index.browser(Event::Applied(&echo)), Work::default());
+        assert_eq!(index.pod(Event::Applied(&pod("s1", "10"))), Work::default());
+        assert_eq!(index.end(&k, &created), Work::default());
+        assert_eq!(index.kept(), (0, 0, 0), "the caches caught up");
+        // The pod changes meanwhile (the kubelet): reconciled again once it ends.
+        index.begin(&k, Some(&echo), Some(&pod("s1", "10")));
+        assert_eq!(index.pod(Event::Applied(&pod("s1", "11"))), Work::default());
+        assert_eq!(keys(index.end(&k, &Done::default())), ["s1"]);
+        // A deletion is always news.
+        index.begin(&k, Some(&echo), Some(&pod("s1", "11")));
+        assert_eq!(index.pod(Event::Deleted(&pod("s1", "11"))), Work::default());
+        assert_eq!(keys(index.end(&k, &Done::default())), ["s1"]);
+    }
+
+    #[test]
+    fn what_a_reconcile_learnt_across_a_relist_is_not_kept_and_a_relist_resets_the_rest() {
+        let mut index = ready();
+        let k = key("s1");
+        let b = browser("s1", "1", json!({}));
+        // The create's answer (10) comes back during a relist whose list already holds the
+        // pod's next version (11): 10 is never delivered, and must not stand in for 11.
+        index.begin(&k, Some(&b), None);
+        assert!(!index.pod(Event::Listing).everything);
+        index.pod(Event::Listed(&pod("s1", "11")));
+        assert!(index.pod(Event::ListDone).everything);
+        let created = Done {
+            pod: vec![answer("s1", "10", json!({}))],
+            ..Done::default()
+        };
+        index.end(&k, &created);
+        let begun = index.begin(&k, Some(&b), Some(&pod("s1", "11")));
+        assert_eq!(
+            begun
+                .pod
+                .and_then(|p| p.metadata.resource_version.clone())
+                .as_deref(),
+            Some("11")
+        );
+        // Kept before a relist: reset when it is done.
+        index.end(&k, &created);
+        assert_eq!(index.kept().1, 1);
+        index.pod(Event::Listing);
+        index.pod(Event::ListDone);
+        assert_eq!(index.kept(), (0, 0, 0));
+    }
+
+    #[test]
+    fn a_reconcile_begins_from_the_newer_answer_and_not_from_a_browser_let_go() {
+        let mut index = ready();
+        let k = key("s1");
+        let cached = browser("s1", "1", json!({}));
+        index.begin(&k, Some(&cached), None);
+        let done = Done {
+            browser: vec![answer("s1", "2", json!({"phase": "Pending"}))],
+            ..Done::default()
+        };
+        index.end(&k, &done);
+        let begun = index.begin(&k, Some(&cached), None);
+        let version = |b: &Begun| {
+            b.browser
+                .as_ref()
+                .and_then(|b| b.metadata.resource_version.clone())
+        };
+        assert_eq!(version(&begun).as_deref(), Some("2"));
+        index.end(&k, &Done::default());
+        let gone = Done {
+            browser: vec![Learnt::Gone {
+                uid: "uid-s1".into(),
+            }],
+            ..Done::default()
+        };
+        index.begin(&k, Some(&cached), None);
+        index.end(&k, &gone);
+        assert!(index.begin(&k, Some(&cached), None).browser.is_none());
+    }
+
+    #[test]
+    fn a_deleted_browser_is_reconciled_for_the_pod_it_may_leave_behind() {
+        let mut index = ready();
+        let b = browser("s1", "4", json!({"phase": "Running"}));
+        assert_eq!(keys(index.browser(Event::Deleted(&b))), ["s1"]);
+    }
+
+    #[test]
+    fn refusals_count_in_a_row_and_start_anew_after_a_reconcile_that_settles() {
+        let mut index = ready();
+        let k = key("s1");
+        let refused = Done {
+            next: Next::Retry(Trouble::Refused {
+                action: crate::lifecycle::request::Action::ReadPod,
+                code: 413,
+                reason: "TooLarge".into(),
+                message: "big".into(),
+            }),
+            ..Done::default()
+        };
+        let failed = Done {
+            next: Next::Retry(Trouble::Unsettled),
+            ..Done::default()
+        };
+        let b = browser("s1", "1", json!({}));
+        for (done, then) in [
+            (&refused, 1),
+            (&refused, 2),
+            (&failed, 2),
+            (&Done::default(), 0),
+        ] {
+            index.begin(&k, Some(&b), None);
+            index.end(&k, done);
+            assert_eq!(index.begin(&k, Some(&b), None).refusals, then);
+            index.end(&k, &failed);
+        }
+    }
+
+    #[test]
+    fn the_line_follows_the_answers_and_wakes_its_first() {
+        let mut index = ready();
+        let queued = |message: &str| {
+            json!({"phase": "Pending", "reason": "Queued", "message": message,
+                "conditions": [{"type": "Ready", "status": "False", "reason": "Queued",
+                    "lastTransitionTime": "2026-11-28T10:00:01Z"}]})
+        };
+        let mut first = object("a", "1", queued("waiting"));
+        first["metadata"]["creationTimestamp"] = json!("2026-11-28T09:00:00Z");
+        let first: CachedBrowser = serde_json::from_value(first).unwrap();
+        index.browser(Event::Applied(&first));
+        assert_eq!(index.first_in_line("ns"), Some(key("a")));
+        // b is put in line by its own status write: a is woken, b counts behind it.
+        let k = key("b");
+        index.begin(&k, Some(&browser("b", "1", json!({}))), None);
+        let done = Done {
+            browser: vec![answer("b", "2", queued("waiting"))],
+            ..Done::default()
+        };
+        assert_eq!(keys(index.end(&k, &done)), ["a"]);
+        assert_eq!(
+            index
+                .begin(&k, Some(&browser("b", "1", json!({}))), None)
+                .ahead,
+            1
+        );
+        index.end(&k, &Done::default());
+        // a leaves the line (admitted): b is the first, woken.
+        let admitted = browser("a", "2", json!({"phase": "Pending"}));
+        let work = index.browser(Event::Applied(&admitted));
+        assert_eq!(keys(work), ["b", "a"]);
+        assert_eq!(index.firsts_in_line(), [key("b")]);
+    }
+}
