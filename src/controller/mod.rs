@@ -4,8 +4,7 @@
 //! both use lives beside them: the state every scope shares (`shared`), the work queue of
 //! the Browser reconciles (`workqueue`),
 //! the watch pipeline (`watch`), Events (`events`), the dry-run verdicts the Browser
-//! controller reads (`verdicts`), the API of a watched scope (`scope`) and objects too deep to
-//! decode (`decoded`). At start-up, the kinds are resolved through discovery (`discovery`) and
+//! controller reads (`verdicts`) and objects too deep to decode (`decoded`). At start-up, the kinds are resolved through discovery (`discovery`) and
 //! the cluster's Pod schema is read from OpenAPI (`openapi`).
 
 mod browser;
@@ -14,7 +13,6 @@ pub mod decoded;
 pub mod discovery;
 mod events;
 pub mod openapi;
-mod scope;
 mod shared;
 pub mod verdicts;
 pub mod watch;

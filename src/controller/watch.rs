@@ -51,6 +51,22 @@ pub fn list_in_pages(config: watcher::Config) -> watcher::Config {
     config.page_size(PAGE)
 }
 
+/// The API of `resource` over one namespace, or all namespaces for `None`: what a watched
+/// scope (all namespaces, or one `--namespace`) means for a watch.
+pub fn scoped_api<K>(
+    client: &kube::Client,
+    ns: Option<&str>,
+    resource: &K::DynamicType,
+) -> kube::Api<K>
+where
+    K: Resource<Scope = kube::core::DynamicResourceScope>,
+{
+    match ns {
+        Some(ns) => kube::Api::namespaced_with(client.clone(), ns, resource),
+        None => kube::Api::all_with(client.clone(), resource),
+    }
+}
+
 /// The backoff of every watch of the operator.
 pub fn backoff() -> impl Backoff {
     ExponentialBackoff::from(

@@ -24,8 +24,8 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Value, json};
 
 use crate::api::browser::{BrowserSpec, SpecField, StatusView};
+use crate::lifecycle::capacity;
 use crate::lifecycle::lane::{self, Lane, Progress};
-use crate::lifecycle::queue;
 use packed::{Dictionary, Packed};
 
 mod packed;
@@ -214,7 +214,7 @@ impl<'de> Deserialize<'de> for CachedBrowser {
         let created = wire.metadata.creation_timestamp.as_ref().map(|t| t.0);
         Ok(CachedBrowser {
             created,
-            queued_since: queue::queued_since(&wire.status, created)
+            queued_since: capacity::queued_since(&wire.status, created)
                 .filter(|_| wire.metadata.deletion_timestamp.is_none()),
             browser_name: valid(SpecField::BrowserName),
             browser_version: valid(SpecField::BrowserVersion),

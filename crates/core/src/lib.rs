@@ -17,6 +17,7 @@ pub mod index;
 pub mod lifecycle;
 pub mod manifest;
 pub mod names;
+pub mod outbox;
 pub mod pod;
 pub mod prepull;
 pub mod startup;

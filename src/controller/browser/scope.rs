@@ -16,8 +16,7 @@ use tracing::{info, warn};
 
 use super::super::Shared;
 use super::super::decoded::{self, Decoded, FromIdentity, Undecodable};
-use super::super::scope::scoped_api;
-use super::super::watch;
+use super::super::watch::{self, scoped_api};
 use crate::api::{keys, kinds};
 use crate::cached::{CachedBrowser, CachedPod};
 use crate::index::{self, Begun, Cache, Index, Key, Work};

@@ -14,7 +14,7 @@ use serde_json::Value;
 use super::Key;
 use crate::api::browser::StatusView;
 use crate::cached::CachedBrowser;
-use crate::lifecycle::queue;
+use crate::lifecycle::capacity;
 
 /// A place: creation time, then name.
 type Place = (Timestamp, String);
@@ -51,7 +51,7 @@ pub fn standing_of(browser: &DynamicObject) -> Stand {
     let status = browser.data.get("status").unwrap_or(&Value::Null);
     if browser.metadata.deletion_timestamp.is_some() {
         None
-    } else if queue::queued_since(status, Some(created)).is_some() {
+    } else if capacity::queued_since(status, Some(created)).is_some() {
         Some((Standing::Waiting, created))
     } else if StatusView::new(status).phase_as_written().is_none() {
         Some((Standing::Arriving, created))

@@ -10,8 +10,8 @@ use jiff::{SignedDuration, Timestamp};
 use kube_core::DynamicObject;
 use serde_json::Value;
 
+use super::capacity::{self, Exhausted, QuotaRefusal};
 use super::plan::{Event, LeftLine, Plan, PodAdoption, PodCreation, PodDelete, Settings};
-use super::queue::{self, Exhausted, QuotaRefusal};
 use super::reason::Reason;
 use super::status::{self, Failure, StatusBuilder};
 use crate::api::browser::{Browser, Phase, SpecField};
@@ -111,7 +111,7 @@ impl Observed<'_> {
             .creation_timestamp
             .as_ref()
             .map(|t| t.0);
-        queue::queued_since(self.status(), created)
+        capacity::queued_since(self.status(), created)
     }
 
     /// The operator's labels a pod of this Browser carries; a part whose value would not be
@@ -273,7 +273,7 @@ fn without_pod(
     };
     if !settings.queue_timeout.is_zero() {
         let earlier = u64::try_from(obs.line.arriving).unwrap_or(u64::MAX);
-        let room = queue::room(obs.line.quotas, &pod, earlier.saturating_add(1));
+        let room = capacity::room(obs.line.quotas, &pod, earlier.saturating_add(1));
         if obs.line.ahead > 0 || room.is_err() {
             if queued.is_none() {
                 join_line(plan, obs, settings, room.err().as_ref());
@@ -330,7 +330,7 @@ fn waited(obs: &Observed, since: Timestamp) -> Duration {
 /// The Browser starts waiting in line: `Pending` with reason `Queued`, the quota and its
 /// place in the message, one Event; looked at again at its timeout, or when the line moves.
 fn join_line(plan: &mut Plan, obs: &Observed, settings: &Settings, exhausted: Option<&Exhausted>) {
-    let message = queue::waiting_message(exhausted, obs.line.ahead + obs.line.arriving + 1);
+    let message = capacity::waiting_message(exhausted, obs.line.ahead + obs.line.arriving + 1);
     let waiting = Failure::new(Reason::Queued, message.clone());
     set_status(plan, obs, obs.builder().queued(&waiting));
     plan.events.push(Event {
@@ -351,7 +351,7 @@ fn give_up_waiting(plan: &mut Plan, obs: &Observed, settings: &Settings, since: 
         .unwrap_or_default();
     let failure = Failure::new(
         Reason::QuotaExceeded,
-        queue::gave_up_message(waiting, settings.queue_timeout),
+        capacity::gave_up_message(waiting, settings.queue_timeout),
     );
     fail(plan, obs, settings, failure, None);
     plan.left_line = Some(LeftLine::TimedOut(waited(obs, since)));
@@ -379,8 +379,10 @@ pub fn refused_by_quota(obs: &Observed, settings: &Settings, message: &str) -> P
         }
         Some(since) => {
             // Still waiting: the message shows what the quota said this time; no new Event.
-            let message =
-                queue::waiting_message(exhausted.as_ref(), obs.line.ahead + obs.line.arriving + 1);
+            let message = capacity::waiting_message(
+                exhausted.as_ref(),
+                obs.line.ahead + obs.line.arriving + 1,
+            );
             let waiting = Failure::new(Reason::Queued, message);
             set_status(&mut plan, obs, obs.builder().queued(&waiting));
             plan.requeue_at(obs.now, after(since, settings.queue_timeout));

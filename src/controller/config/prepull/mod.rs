@@ -20,7 +20,7 @@ use tracing::warn;
 use crate::api::{keys, kinds};
 use crate::config::report;
 use crate::controller::events::ConfigEvents;
-use crate::controller::scope::scoped_api;
+use crate::controller::watch::scoped_api;
 use crate::controller::watch::{self, WatchHealth};
 use crate::link::Link;
 use crate::metrics::{Metrics, Watched};

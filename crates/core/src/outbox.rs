@@ -1,7 +1,9 @@
-//! The order Events go out in (docs/behaviour.md, "Events"): a burst's backlog must not starve
-//! the Events of a Browser created after it. Pure: the publisher pushes, asks what is next and
-//! takes.
+//! The Events waiting to go out, and when each may (docs/behaviour.md, "Events"): a burst's
+//! backlog must not starve the Events of a Browser created after it, nor spend the API
+//! server on Events while pods and statuses wait. Pure: the publisher pushes, asks what is
+//! next and takes, passing the time since it started.
 //!
+//! - At most [`RATE`] a second, after a burst of [`BURST`] ([`Bucket`]).
 //! - Warnings first (a failure is what a user looks for), then the first Event of an object
 //!   (a Browser nobody has heard of yet), then the rest; within each class the newest first,
 //!   so that whoever looks at a Browser now sees its Events now, while a backlog of older ones
@@ -12,8 +14,6 @@
 
 use std::collections::{HashSet, VecDeque};
 use std::time::Duration;
-
-use tokio::time::Instant;
 
 /// Events waiting at most, in all.
 pub const CAPACITY: usize = 1024;
@@ -26,6 +26,38 @@ pub const STALE: Duration = Duration::from_secs(30);
 /// Objects remembered as having had an Event (beyond, the oldest are forgotten).
 const REMEMBERED: usize = 16384;
 
+/// Events published per second at most, after a burst of [`BURST`].
+pub const RATE: f64 = 10.0;
+pub const BURST: f64 = 20.0;
+
+/// A token bucket: [`RATE`] per second, up to [`BURST`] at once.
+pub struct Bucket {
+    tokens: f64,
+    at: Duration,
+}
+
+impl Bucket {
+    pub fn new(now: Duration) -> Self {
+        Self {
+            tokens: BURST,
+            at: now,
+        }
+    }
+
+    /// How long to wait before the next Event may go; takes its token when that is now.
+    pub fn take(&mut self, now: Duration) -> Option<Duration> {
+        let refill = now.saturating_sub(self.at).as_secs_f64() * RATE;
+        self.tokens = (self.tokens + refill).min(BURST);
+        self.at = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            None
+        } else {
+            Some(Duration::from_secs_f64((1.0 - self.tokens) / RATE))
+        }
+    }
+}
+
 /// How urgent an Event is; lower goes first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Class {
@@ -37,7 +69,7 @@ pub enum Class {
 struct Waiting<T> {
     object: String,
     class: Class,
-    queued: Instant,
+    queued: Duration,
     /// Order of arrival.
     seq: u64,
     item: T,
@@ -50,20 +82,20 @@ pub enum Next {
     Idle,
     /// Only Events that wait for the reconciles to pause, and they are at work.
     Hold,
-    /// The head may go (rate permitting): [`Queue::take`] it.
+    /// The head may go (rate permitting): [`Outbox::take`] it.
     Ready,
 }
 
 /// The waiting Events.
-pub struct Queue<T> {
+pub struct Outbox<T> {
     waiting: Vec<Waiting<T>>,
     seq: u64,
-    /// Objects that had an Event queued, most recent last.
+    /// Objects that had an Event waiting, most recent last.
     heard: HashSet<String>,
     heard_order: VecDeque<String>,
 }
 
-impl<T> Default for Queue<T> {
+impl<T> Default for Outbox<T> {
     fn default() -> Self {
         Self {
             waiting: Vec::new(),
@@ -74,7 +106,7 @@ impl<T> Default for Queue<T> {
     }
 }
 
-impl<T> Queue<T> {
+impl<T> Outbox<T> {
     #[cfg(test)]
     pub fn len(&self) -> usize {
         self.waiting.len()
@@ -86,7 +118,7 @@ impl<T> Queue<T> {
 
     /// Queues an Event about `object` (its uid); returns one that no longer fits, if any (the
     /// new one itself when it is the least urgent).
-    pub fn push(&mut self, object: &str, warning: bool, item: T, now: Instant) -> Option<T> {
+    pub fn push(&mut self, object: &str, warning: bool, item: T, now: Duration) -> Option<T> {
         let class = if warning {
             Class::Warning
         } else if self.heard.contains(object) {
@@ -137,23 +169,23 @@ impl<T> Queue<T> {
     }
 
     /// Removes and returns the Events that waited longer than [`STALE`].
-    pub fn expire(&mut self, now: Instant) -> Vec<T> {
+    pub fn expire(&mut self, now: Duration) -> Vec<T> {
         let (stale, fresh): (Vec<_>, Vec<_>) = std::mem::take(&mut self.waiting)
             .into_iter()
-            .partition(|w| now.saturating_duration_since(w.queued) > STALE);
+            .partition(|w| now.saturating_sub(w.queued) > STALE);
         self.waiting = fresh;
         stale.into_iter().map(|w| w.item).collect()
     }
 
     /// Whether `w` may go now: a Warning or a first Event at once, the rest once the
     /// reconciles pause or it has waited [`HOLD`].
-    fn ready(w: &Waiting<T>, reconciling: bool, now: Instant) -> bool {
-        w.class != Class::Later || !reconciling || now.saturating_duration_since(w.queued) >= HOLD
+    fn ready(w: &Waiting<T>, reconciling: bool, now: Duration) -> bool {
+        w.class != Class::Later || !reconciling || now.saturating_sub(w.queued) >= HOLD
     }
 
     /// The index of the Event to go next: of those that may go now, the most urgent class, the
     /// newest within it. (A held Event never holds back one that may go.)
-    fn head(&self, reconciling: bool, now: Instant) -> Option<usize> {
+    fn head(&self, reconciling: bool, now: Duration) -> Option<usize> {
         self.waiting
             .iter()
             .enumerate()
@@ -163,7 +195,7 @@ impl<T> Queue<T> {
     }
 
     /// What to do next, while the reconciles are (or are not) at work.
-    pub fn next(&self, reconciling: bool, now: Instant) -> Next {
+    pub fn next(&self, reconciling: bool, now: Duration) -> Next {
         if self.waiting.is_empty() {
             Next::Idle
         } else if self.head(reconciling, now).is_some() {
@@ -173,8 +205,8 @@ impl<T> Queue<T> {
         }
     }
 
-    /// Takes the Event to go next, as [`Queue::next`] judged it.
-    pub fn take(&mut self, reconciling: bool, now: Instant) -> Option<T> {
+    /// Takes the Event to go next, as [`Outbox::next`] judged it.
+    pub fn take(&mut self, reconciling: bool, now: Duration) -> Option<T> {
         let head = self.head(reconciling, now)?;
         Some(self.waiting.swap_remove(head).item)
     }
@@ -184,15 +216,15 @@ impl<T> Queue<T> {
 mod tests {
     use super::*;
 
-    fn drain(queue: &mut Queue<&'static str>) -> Vec<&'static str> {
-        let now = Instant::now();
+    fn drain(queue: &mut Outbox<&'static str>) -> Vec<&'static str> {
+        let now = Duration::from_secs(100);
         std::iter::from_fn(|| queue.take(false, now)).collect()
     }
 
     #[test]
     fn a_new_objects_first_event_passes_a_backlog_and_warnings_pass_everything() {
-        let now = Instant::now();
-        let mut q = Queue::default();
+        let now = Duration::from_secs(100);
+        let mut q = Outbox::default();
         // A burst: each Browser's PodCreated, then its Running.
         for (object, first, later) in [("a", "a1", "a2"), ("b", "b1", "b2")] {
             q.push(object, false, first, now);
@@ -213,8 +245,8 @@ mod tests {
 
     #[test]
     fn only_later_events_wait_for_the_reconciles() {
-        let now = Instant::now();
-        let mut q = Queue::default();
+        let now = Duration::from_secs(100);
+        let mut q = Outbox::default();
         assert_eq!(q.next(true, now), Next::Idle);
         q.push("a", false, "a1", now);
         assert_eq!(q.next(true, now), Next::Ready, "a first Event goes at once");
@@ -229,8 +261,8 @@ mod tests {
 
     #[test]
     fn a_held_event_never_holds_back_one_that_may_go() {
-        let now = Instant::now();
-        let mut q = Queue::default();
+        let now = Duration::from_secs(100);
+        let mut q = Outbox::default();
         q.push("a", false, "a1", now);
         q.take(true, now);
         q.push("a", false, "a2", now);
@@ -248,8 +280,8 @@ mod tests {
 
     #[test]
     fn stale_events_are_dropped() {
-        let now = Instant::now();
-        let mut q = Queue::default();
+        let now = Duration::from_secs(100);
+        let mut q = Outbox::default();
         q.push("a", false, "old", now);
         q.push("b", false, "young", now + STALE);
         assert_eq!(q.expire(now + STALE + Duration::from_millis(1)), ["old"]);
@@ -258,8 +290,8 @@ mod tests {
 
     #[test]
     fn one_object_keeps_at_most_a_few_and_the_queue_a_bound() {
-        let now = Instant::now();
-        let mut q = Queue::default();
+        let now = Duration::from_secs(100);
+        let mut q = Outbox::default();
         let notes = ["1", "2", "3", "4", "5"];
         let mut dropped = Vec::new();
         for (i, note) in notes.iter().enumerate() {
@@ -268,12 +300,29 @@ mod tests {
         // "1" was the first Event of `a`; of the rest the oldest goes.
         assert_eq!(dropped, ["2"]);
         assert_eq!(q.len(), PER_OBJECT);
-        let mut q = Queue::default();
+        let mut q = Outbox::default();
         let dropped: Vec<usize> = (0..=CAPACITY)
             .filter_map(|i| q.push(&format!("o{}", i / 2), false, i, now))
             .collect();
         assert_eq!(q.len(), CAPACITY);
         // The least urgent and oldest: the second Event of the first object.
         assert_eq!(dropped, [1]);
+    }
+
+    #[test]
+    fn a_burst_goes_at_once_then_the_rate_holds() {
+        let t0 = Duration::from_secs(100);
+        let mut bucket = Bucket::new(t0);
+        for _ in 0..BURST as usize {
+            assert_eq!(bucket.take(t0), None);
+        }
+        let wait = bucket.take(t0).expect("the burst is spent");
+        assert!((wait.as_secs_f64() - 1.0 / RATE).abs() < 1e-9, "{wait:?}");
+        // A second later, a second's worth of Events may go.
+        let later = t0 + Duration::from_secs(1);
+        let sent = (0..100)
+            .take_while(|_| bucket.take(later).is_none())
+            .count();
+        assert_eq!(sent, RATE as usize);
     }
 }

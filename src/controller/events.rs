@@ -1,11 +1,9 @@
 //! Events on Browsers, published off the reconcile path and after it: a burst of sessions
 //! must not spend the API server on Events while their pods and statuses wait. Events go out
-//! at a bounded rate in the order of [`queue`] (warnings and the first Event of a Browser
+//! at a bounded rate in the order of the `outbox` (warnings and the first Event of a Browser
 //! first, newest first; the rest wait a while for the reconciles to pause), and are dropped
 //! and counted when they no longer fit or have grown stale waiting. Events on BrowserConfigs
 //! are rare and go out inline ([`ConfigEvents`]).
-
-mod queue;
 
 use std::time::Duration;
 
@@ -14,7 +12,6 @@ use kube::api::DynamicObject;
 use kube::core::ApiResource;
 use kube::runtime::events::{EventType, Recorder, Reporter};
 use kube::{Client, Resource};
-use queue::{Next, Queue};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::debug;
@@ -26,12 +23,10 @@ use crate::config::report;
 use crate::lifecycle::plan::Event;
 use crate::link::error::describe;
 use crate::metrics::{ApiWrite, Metrics};
+use crate::outbox::{self, Bucket, Next, Outbox};
 
-/// Events handed over but not yet queued, at most; more are dropped.
-const HANDOVER: usize = queue::CAPACITY;
-/// Events published per second at most, after a burst of [`BURST`].
-const RATE: f64 = 10.0;
-const BURST: f64 = 20.0;
+/// Events handed over but not yet in the outbox, at most; more are dropped.
+const HANDOVER: usize = outbox::CAPACITY;
 /// How often held Events look whether the reconciles paused.
 const HOLD_CHECK: Duration = Duration::from_millis(20);
 
@@ -68,40 +63,13 @@ impl EventSink {
     }
 }
 
-/// A token bucket: `RATE` per second, up to `BURST` at once.
-struct Bucket {
-    tokens: f64,
-    at: Instant,
-}
-
-impl Bucket {
-    fn new(now: Instant) -> Self {
-        Self {
-            tokens: BURST,
-            at: now,
-        }
-    }
-
-    /// How long to wait before the next Event may go; takes its token when that is now.
-    fn take(&mut self, now: Instant) -> Option<Duration> {
-        let refill = now.saturating_duration_since(self.at).as_secs_f64() * RATE;
-        self.tokens = (self.tokens + refill).min(BURST);
-        self.at = now;
-        if self.tokens >= 1.0 {
-            self.tokens -= 1.0;
-            None
-        } else {
-            Some(Duration::from_secs_f64((1.0 - self.tokens) / RATE))
-        }
-    }
-}
-
 async fn publish(recorder: Recorder, mut rx: mpsc::Receiver<Queued>, metrics: Arc<Metrics>) {
-    let mut bucket = Bucket::new(Instant::now());
-    let mut waiting: Queue<Queued> = Queue::default();
-    let take_in = |waiting: &mut Queue<Queued>, queued: Queued| {
+    let start = Instant::now();
+    let mut bucket = Bucket::new(start.elapsed());
+    let mut waiting: Outbox<Queued> = Outbox::default();
+    let take_in = |waiting: &mut Outbox<Queued>, queued: Queued| {
         let (object, warning) = (queued.1.uid.clone().unwrap_or_default(), queued.0.warning);
-        if let Some((event, _)) = waiting.push(&object, warning, queued, Instant::now()) {
+        if let Some((event, _)) = waiting.push(&object, warning, queued, start.elapsed()) {
             metrics.event_dropped(event.warning);
         }
     };
@@ -109,7 +77,7 @@ async fn publish(recorder: Recorder, mut rx: mpsc::Receiver<Queued>, metrics: Ar
         while let Ok(queued) = rx.try_recv() {
             take_in(&mut waiting, queued);
         }
-        let now = Instant::now();
+        let now = start.elapsed();
         for (event, _) in waiting.expire(now) {
             metrics.event_dropped(event.warning);
         }
@@ -155,21 +123,19 @@ fn to_runtime_event(event: &Event) -> kube::runtime::events::Event {
             EventType::Normal
         },
         reason: event.reason.clone(),
-        note: Some(truncate(&event.note, 1024)),
+        note: Some(truncate(&event.note)),
         action: event.action.into(),
         secondary: None,
     }
 }
 
-fn truncate(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_string();
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
+/// `note` cut to what the API server takes, on a character boundary.
+fn truncate(note: &str) -> String {
+    let mut end = note.len().min(EVENT_NOTE_MAX);
+    while !note.is_char_boundary(end) {
         end -= 1;
     }
-    s[..end].to_string()
+    note[..end].to_string()
 }
 
 /// Events on BrowserConfigs; these are rare (a refused validation, pre-pull changes), so they
@@ -187,16 +153,8 @@ impl ConfigEvents {
         config: &DynamicObject,
         type_: EventType,
         reason: &str,
-        mut note: String,
+        note: String,
     ) {
-        // The API server refuses longer notes.
-        if note.len() > EVENT_NOTE_MAX {
-            let mut end = EVENT_NOTE_MAX;
-            while !note.is_char_boundary(end) {
-                end -= 1;
-            }
-            note.truncate(end);
-        }
         let action = if [
             report::VALIDATION_REFUSED,
             report::UNDECODABLE,
@@ -211,7 +169,7 @@ impl ConfigEvents {
         let event = kube::runtime::events::Event {
             type_,
             reason: reason.into(),
-            note: Some(note),
+            note: Some(truncate(&note)),
             action: action.into(),
             secondary: None,
         };
@@ -223,6 +181,7 @@ impl ConfigEvents {
     }
 }
 
+/// The longest note the API server takes.
 const EVENT_NOTE_MAX: usize = 1024;
 
 #[cfg(test)]
@@ -241,22 +200,5 @@ mod tests {
         let note = runtime.note.unwrap();
         assert!(note.len() <= 1024);
         assert!(note.chars().all(|c| c == 'é'));
-    }
-
-    #[test]
-    fn a_burst_goes_at_once_then_the_rate_holds() {
-        let t0 = Instant::now();
-        let mut bucket = Bucket::new(t0);
-        for _ in 0..BURST as usize {
-            assert_eq!(bucket.take(t0), None);
-        }
-        let wait = bucket.take(t0).expect("the burst is spent");
-        assert!((wait.as_secs_f64() - 1.0 / RATE).abs() < 1e-9, "{wait:?}");
-        // A second later, a second's worth of Events may go.
-        let later = t0 + Duration::from_secs(1);
-        let sent = (0..100)
-            .take_while(|_| bucket.take(later).is_none())
-            .count();
-        assert_eq!(sent, RATE as usize);
     }
 }
