@@ -124,56 +124,23 @@ const AFTER_API: [&str; 4] = [CRDS, PERMISSIONS, EVENTS, DRY_RUN];
 /// Runs every check.
 pub async fn run(args: &CheckArgs) -> Report {
     let mut report = Report::default();
-    let config = match Config::infer().await {
-        Ok(config) => config,
-        Err(e) => {
-            report.0.push(Line::fail(
-                API,
-                format!("cannot load a kubeconfig: {e}"),
-                "set KUBECONFIG (or the current context) to the cluster to check",
-            ));
-            skip_rest(&mut report, &AFTER_API, "no kubeconfig");
+    let (client, operator) = match connect(args).await {
+        Ok((line, client, operator)) => {
+            report.0.push(line);
+            (client, operator)
+        }
+        Err((line, why)) => {
+            report.0.push(line);
+            skip_rest(&mut report, &AFTER_API, why);
             return report;
         }
     };
-    let url = config.cluster_url.to_string();
-    let identity = args.service_account.trim();
-    let operator_config = operator_identity(config.clone(), identity);
-    let (client, operator) = match (Client::try_from(config), Client::try_from(operator_config)) {
-        (Ok(client), Ok(operator)) => (client, operator),
-        (Err(e), _) | (_, Err(e)) => {
-            report.0.push(Line::fail(
-                API,
-                format!("cannot build a client for {url}: {}", describe(&e)),
-                "check the kubeconfig's server, certificates and credentials",
-            ));
-            skip_rest(&mut report, &AFTER_API, "no client");
-            return report;
-        }
-    };
-    match client.apiserver_version().await {
-        Ok(version) => report.0.push(Line::ok(
-            API,
-            format!("Kubernetes {} at {url}", version.git_version),
-        )),
-        Err(e) => {
-            report.0.push(Line::fail(
-                API,
-                format!("cannot reach {url}: {}", describe(&e)),
-                "check that the API server is reachable from here and the kubeconfig points at it",
-            ));
-            skip_rest(&mut report, &AFTER_API, "the API server did not answer");
-            return report;
-        }
-    }
     let run = &args.run;
-    let kinds = match discovery::resolve(
-        &client,
+    let groups = (
         run.browser_api_group.as_deref(),
         run.browserconfig_api_group.as_deref(),
-    )
-    .await
-    {
+    );
+    let kinds = match discovery::resolve(&client, groups.0, groups.1).await {
         Ok(kinds) => kinds,
         Err(e) => {
             report.0.push(Line::fail(
@@ -181,21 +148,55 @@ pub async fn run(args: &CheckArgs) -> Report {
                 e.to_string(),
                 "kubectl apply --server-side -f crds/ (or crds/split-groups/ beside the selenosis Helm chart's CRDs)",
             ));
-            skip_rest(
-                &mut report,
-                &[PERMISSIONS, EVENTS, DRY_RUN],
-                "the CRDs are missing",
-            );
+            let rest = [PERMISSIONS, EVENTS, DRY_RUN];
+            skip_rest(&mut report, &rest, "the CRDs are missing");
             return report;
         }
     };
     report.0.push(crds(&client, &kinds).await);
-    report
-        .0
-        .push(permissions(&operator, &kinds, args, identity).await);
+    let identity = args.service_account.trim();
+    let permissions = permissions(&operator, &kinds, args, identity).await;
+    report.0.push(permissions);
     report.0.push(events(&client).await);
     report.0.push(dry_run(&operator, &kinds, args).await);
     report
+}
+
+/// The API server's line, a client as the kubeconfig's user and one as the operator; or the
+/// failing line and why the rest is skipped.
+async fn connect(args: &CheckArgs) -> Result<(Line, Client, Client), (Line, &'static str)> {
+    let config = Config::infer().await.map_err(|e| {
+        let fix = "set KUBECONFIG (or the current context) to the cluster to check";
+        let line = Line::fail(API, format!("cannot load a kubeconfig: {e}"), fix);
+        (line, "no kubeconfig")
+    })?;
+    let url = config.cluster_url.to_string();
+    let operator_config = operator_identity(config.clone(), args.service_account.trim());
+    let (client, operator) = match (Client::try_from(config), Client::try_from(operator_config)) {
+        (Ok(client), Ok(operator)) => (client, operator),
+        (Err(e), _) | (_, Err(e)) => {
+            let line = Line::fail(
+                API,
+                format!("cannot build a client for {url}: {}", describe(&e)),
+                "check the kubeconfig's server, certificates and credentials",
+            );
+            return Err((line, "no client"));
+        }
+    };
+    match client.apiserver_version().await {
+        Ok(version) => {
+            let line = Line::ok(API, format!("Kubernetes {} at {url}", version.git_version));
+            Ok((line, client, operator))
+        }
+        Err(e) => {
+            let line = Line::fail(
+                API,
+                format!("cannot reach {url}: {}", describe(&e)),
+                "check that the API server is reachable from here and the kubeconfig points at it",
+            );
+            Err((line, "the API server did not answer"))
+        }
+    }
 }
 
 fn skip_rest(report: &mut Report, checks: &[&'static str], why: &str) {
@@ -405,23 +406,7 @@ async fn dry_run(operator: &Client, kinds: &Kinds, args: &CheckArgs) -> Line {
             );
         }
     };
-    let chosen = match &args.browser {
-        Some(key) => key
-            .split_once(':')
-            .map(|(n, v)| (n.to_string(), v.to_string())),
-        None => configs
-            .iter()
-            .flat_map(lookup::resolvable_entries)
-            .next()
-            .map(|(name, version)| {
-                let version = if version == "*" {
-                    ANY_VERSION.to_string()
-                } else {
-                    version
-                };
-                (name, version)
-            }),
-    };
+    let chosen = entry(&configs, args.browser.as_deref());
     let Some((name, version)) = chosen else {
         return Line::fail(
             DRY_RUN,
@@ -460,9 +445,41 @@ async fn dry_run(operator: &Client, kinds: &Kinds, args: &CheckArgs) -> Line {
             );
         }
     };
-    let pods: Api<DynamicObject> = Api::namespaced_with(operator.clone(), &namespace, &kinds.pod);
+    submit(operator, kinds, &namespace, &what, &pod).await
+}
+/// The browser and version to check: `--browser NAME:VERSION`, else the first entry the
+/// BrowserConfigs resolve (a `*` entry for any version).
+fn entry(configs: &[DynamicObject], browser: Option<&str>) -> Option<(String, String)> {
+    match browser {
+        Some(key) => key
+            .split_once(':')
+            .map(|(n, v)| (n.to_string(), v.to_string())),
+        None => configs
+            .iter()
+            .flat_map(lookup::resolvable_entries)
+            .next()
+            .map(|(name, version)| {
+                let version = if version == "*" {
+                    ANY_VERSION.to_string()
+                } else {
+                    version
+                };
+                (name, version)
+            }),
+    }
+}
+
+/// Submits `pod`, the pod of `what`, as a server-side dry run.
+async fn submit(
+    operator: &Client,
+    kinds: &Kinds,
+    namespace: &str,
+    what: &str,
+    pod: &Value,
+) -> Line {
+    let pods: Api<DynamicObject> = Api::namespaced_with(operator.clone(), namespace, &kinds.pod);
     let params = PatchParams::apply(keys::FIELD_MANAGER).force().dry_run();
-    match pods.patch(CHECK_POD, &params, &Patch::Apply(&pod)).await {
+    match pods.patch(CHECK_POD, &params, &Patch::Apply(pod)).await {
         Ok(_) => Line::ok(
             DRY_RUN,
             format!("{what} gets a pod the API server accepts (quota, admission, Pod Security)"),

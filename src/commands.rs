@@ -172,14 +172,7 @@ fn render_pod(
     policy: &Policy,
     output: OutputFormat,
 ) -> Result<String, RenderCommandError> {
-    let mut browsers = objects_of_kind(browser, keys::BROWSER_KIND)?;
-    if browsers.len() != 1 {
-        return Err(RenderCommandError::BrowserCount {
-            path: browser.to_path_buf(),
-            count: browsers.len(),
-        });
-    }
-    let browser = to_object(browser, "Browser", browsers.remove(0))?;
+    let browser = the_browser(browser)?;
     // What the operator would say of this spec (a version YAML read as a number …).
     let key = Browser::new(&browser).spec().map_err(|invalid| {
         let failure = Failure::from(invalid);
@@ -200,27 +193,12 @@ fn render_pod(
             _ => true,
         });
     }
-    let pod = match desired::pod_for(
-        &browser,
-        &configs,
-        &browser_resource(&browser),
-        policy,
-        None,
-        |_, _, _| None,
-    ) {
+    let resource = browser_resource(&browser);
+    let pod = match desired::pod_for(&browser, &configs, &resource, policy, None, |_, _, _| None) {
         PodCreation::Render { pod, .. } => pod,
         PodCreation::Fail(failure) if failure.reason == Reason::ConfigNotFound.as_str() => {
-            let available = match lookup::resolve(&configs, key.name, key.version) {
-                Err(LookupError::NotFound { available, .. }) if !available.is_empty() => {
-                    format!(" (available: {})", available.join(", "))
-                }
-                _ if !elsewhere.is_empty() => format!(
-                    " (the given BrowserConfigs are in namespace {}, the Browser is in namespace {}: a Browser uses only the BrowserConfigs of its own namespace)",
-                    elsewhere.into_iter().collect::<Vec<_>>().join(", "),
-                    browser.metadata.namespace.as_deref().unwrap_or_default()
-                ),
-                _ => " (the given files define no resolvable entry)".to_string(),
-            };
+            let ns = browser.metadata.namespace.as_deref().unwrap_or_default();
+            let available = available(&configs, key.name, key.version, &elsewhere, ns);
             return Err(RenderCommandError::NotFound {
                 message: failure.message,
                 available,
@@ -240,5 +218,38 @@ fn render_pod(
         OutputFormat::Yaml => {
             serde_saphyr::to_string(&pod).map_err(|e| RenderCommandError::Output(e.to_string()))
         }
+    }
+}
+
+/// The one Browser of the file `path`.
+fn the_browser(path: &Path) -> Result<DynamicObject, RenderCommandError> {
+    let mut browsers = objects_of_kind(path, keys::BROWSER_KIND)?;
+    if browsers.len() != 1 {
+        return Err(RenderCommandError::BrowserCount {
+            path: path.to_path_buf(),
+            count: browsers.len(),
+        });
+    }
+    to_object(path, "Browser", browsers.remove(0))
+}
+
+/// What a user asking for `name` `version` may look for instead: the entries the configs
+/// define, or the namespaces they are in (`elsewhere`) when the Browser's (`ns`) has none.
+fn available(
+    configs: &[DynamicObject],
+    name: &str,
+    version: &str,
+    elsewhere: &BTreeSet<String>,
+    ns: &str,
+) -> String {
+    match lookup::resolve(configs, name, version) {
+        Err(LookupError::NotFound { available, .. }) if !available.is_empty() => {
+            format!(" (available: {})", available.join(", "))
+        }
+        _ if !elsewhere.is_empty() => format!(
+            " (the given BrowserConfigs are in namespace {}, the Browser is in namespace {ns}: a Browser uses only the BrowserConfigs of its own namespace)",
+            elsewhere.iter().cloned().collect::<Vec<_>>().join(", "),
+        ),
+        _ => " (the given files define no resolvable entry)".to_string(),
     }
 }

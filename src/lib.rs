@@ -4,8 +4,8 @@
 //! network and execute its plans.
 
 pub use browser_controller_core::{
-    api, cached, config, duration, index, lifecycle, names, outbox, pod, prepull, startup,
-    workqueue,
+    api, cached, config, decoded, duration, index, lifecycle, names, outbox, pod, prepull, reach,
+    startup, workqueue,
 };
 
 pub mod check;

@@ -451,31 +451,7 @@ async fn serve(
         metrics.clone(),
     ));
     let _probe = AbortOnDrop(probe);
-    let instance = std::env::var("POD_NAME")
-        .or_else(|_| std::env::var("HOSTNAME"))
-        .unwrap_or_else(|_| "browser-controller".into());
-    // Before any pod is rendered; without a schema pods go out unpruned.
-    let schemas = Arc::new(PodSchemas::new(client.clone(), SCHEMA_REFETCH_INTERVAL));
-    schemas.load().await;
-    // Events on BrowserConfigs (rare: a refused validation, pre-pull changes) are published
-    // inline.
-    let config_events = Recorder::new(
-        client.clone(),
-        Reporter {
-            controller: keys::MANAGER.into(),
-            instance: Some(instance.clone()),
-        },
-    );
-    let shared = Shared::new(SharedParts {
-        client: client.clone(),
-        link,
-        kinds,
-        settings: Settings::from(args),
-        max_workers: args.max_workers,
-        metrics,
-        schemas,
-        instance,
-    });
+    let (shared, config_events) = shared(client.clone(), link, kinds, args, metrics).await;
     let _ = started.set(shared.clone());
 
     let work =
@@ -490,4 +466,38 @@ async fn serve(
             .await
             .map_err(RunError::from),
     }
+}
+
+/// What the controllers of every scope share, once the kinds are known and the Pod schema
+/// read; and the recorder of the Events on BrowserConfigs (rare: a refused validation,
+/// pre-pull changes), which are published inline.
+async fn shared(
+    client: Client,
+    link: Link,
+    kinds: Kinds,
+    args: &RunArgs,
+    metrics: Arc<Metrics>,
+) -> (Arc<Shared>, Recorder) {
+    let instance = std::env::var("POD_NAME")
+        .or_else(|_| std::env::var("HOSTNAME"))
+        .unwrap_or_else(|_| "browser-controller".into());
+    // Before any pod is rendered; without a schema pods go out unpruned.
+    let schemas = Arc::new(PodSchemas::new(client.clone(), SCHEMA_REFETCH_INTERVAL));
+    schemas.load().await;
+    let reporter = Reporter {
+        controller: keys::MANAGER.into(),
+        instance: Some(instance.clone()),
+    };
+    let config_events = Recorder::new(client.clone(), reporter);
+    let shared = Shared::new(SharedParts {
+        client,
+        link,
+        kinds,
+        settings: Settings::from(args),
+        max_workers: args.max_workers,
+        metrics,
+        schemas,
+        instance,
+    });
+    (shared, config_events)
 }

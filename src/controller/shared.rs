@@ -6,11 +6,11 @@ use std::sync::{Arc, Mutex};
 
 use kube::Client;
 
+use super::browser::work::Queue;
 use super::events::EventSink;
 use super::openapi::PodSchemas;
 use super::verdicts::Verdicts;
 use super::watch::WatchHealth;
-use super::workqueue::Queue;
 use crate::api::kinds::Kinds;
 use crate::cached::CachedKinds;
 use crate::lifecycle::plan::Settings;

@@ -27,6 +27,7 @@ use kube::runtime::watcher::{self, ExponentialBackoff};
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
+use crate::decoded::{Decoded, FromIdentity, Undecodable};
 use crate::link::{Link, LinkState};
 use crate::metrics::{Metrics, Watched};
 
@@ -464,6 +465,49 @@ where
     })
 }
 
+/// The watch events of the decodable objects. An undecodable object is handed to `report`
+/// and left out of a list; one that changes into an undecodable state is deleted from the
+/// cache, so that no decision rests on its older content.
+pub fn skip_undecodable<K, S>(
+    stream: S,
+    mut report: impl FnMut(&Undecodable) + Send,
+) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send
+where
+    S: Stream<Item = Result<watcher::Event<Decoded<K>>, watcher::Error>> + Send,
+    K: FromIdentity + Send,
+{
+    stream.filter_map(move |item| {
+        let event = match item {
+            Err(error) => Some(Err(error)),
+            Ok(event) => split(event, &mut report).map(Ok),
+        };
+        std::future::ready(event)
+    })
+}
+
+fn split<K: FromIdentity>(
+    event: watcher::Event<Decoded<K>>,
+    report: &mut impl FnMut(&Undecodable),
+) -> Option<watcher::Event<K>> {
+    use watcher::Event;
+    match event {
+        Event::Init => Some(Event::Init),
+        Event::InitDone => Some(Event::InitDone),
+        Event::Apply(Decoded::Object(k)) => Some(Event::Apply(k)),
+        Event::InitApply(Decoded::Object(k)) => Some(Event::InitApply(k)),
+        Event::Delete(Decoded::Object(k)) => Some(Event::Delete(k)),
+        Event::Apply(Decoded::Undecodable(u)) => {
+            report(&u);
+            Some(Event::Delete(K::from_identity(u.metadata)))
+        }
+        Event::InitApply(Decoded::Undecodable(u)) => {
+            report(&u);
+            None
+        }
+        Event::Delete(Decoded::Undecodable(u)) => Some(Event::Delete(K::from_identity(u.metadata))),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -626,5 +670,61 @@ mod tests {
         assert!(pass(&expired()), "a second in a row backs off");
         assert!(pass(&Ok(watcher::Event::Init)));
         assert!(!pass(&expired()), "after a success, at once again");
+    }
+
+    /// JSON text of an object whose `spec.affinity` nests `depth` objects.
+    fn deep(name: &str, depth: usize) -> String {
+        let mut nested = "1".to_string();
+        for _ in 0..depth {
+            nested = format!("{{\"a\":{nested}}}");
+        }
+        format!(
+            r#"{{"apiVersion":"selenosis.io/v1","kind":"BrowserConfig","metadata":{{"name":"{name}","namespace":"ns","uid":"u-{name}","resourceVersion":"7","generation":3,"managedFields":[{{"fieldsV1":{nested}}}]}},"spec":{{"template":{{"affinity":{nested}}},"browsers":{{}}}}}}"#
+        )
+    }
+
+    #[test]
+    fn undecodable_objects_are_reported_and_leave_the_cache() {
+        use kube::api::DynamicObject;
+        use serde_json::json;
+        use watcher::Event;
+        let object = |name: &str| -> Decoded<DynamicObject> {
+            serde_json::from_value(
+                json!({"apiVersion": "v1", "kind": "X", "metadata": {"name": name}}),
+            )
+            .unwrap()
+        };
+        let bad = || -> Decoded<DynamicObject> { serde_json::from_str(&deep("bad", 200)).unwrap() };
+        let mut reported = Vec::new();
+        let mut report =
+            |u: &Undecodable| reported.push(u.metadata.name.clone().unwrap_or_default());
+        let name = |e: Option<Event<DynamicObject>>| match e {
+            Some(Event::Apply(k)) => format!("apply {}", k.metadata.name.unwrap_or_default()),
+            Some(Event::InitApply(k)) => format!("init {}", k.metadata.name.unwrap_or_default()),
+            Some(Event::Delete(k)) => format!("delete {}", k.metadata.name.unwrap_or_default()),
+            Some(Event::Init) => "Init".into(),
+            Some(Event::InitDone) => "InitDone".into(),
+            None => "skipped".into(),
+        };
+        let seen = [
+            name(split(Event::Init, &mut report)),
+            name(split(Event::InitApply(object("good")), &mut report)),
+            name(split(Event::InitApply(bad()), &mut report)),
+            name(split(Event::InitDone, &mut report)),
+            name(split(Event::Apply(bad()), &mut report)),
+            name(split(Event::Delete(bad()), &mut report)),
+        ];
+        assert_eq!(
+            seen,
+            [
+                "Init",
+                "init good",
+                "skipped",
+                "InitDone",
+                "delete bad",
+                "delete bad"
+            ]
+        );
+        assert_eq!(reported, ["bad", "bad"]);
     }
 }

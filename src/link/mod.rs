@@ -15,7 +15,6 @@
 
 pub mod abort;
 pub mod error;
-pub mod reach;
 pub mod sockets;
 
 use std::sync::Arc;
@@ -31,8 +30,8 @@ use tracing::{info, warn};
 use crate::metrics::Metrics;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
+use crate::reach::{self, Change, Reach};
 use abort::AbortLayer;
-use reach::{Change, Reach};
 
 /// What requests and watches follow.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -241,78 +241,85 @@ impl Collector for CacheGauges {
             configs,
             daemon_sets,
         } = self.0.snapshot();
-        let counts = browser_counts(browsers.iter().map(AsRef::as_ref));
-        encode_gauges(
-            &mut encoder,
-            "browsers",
-            "Browsers in the watch cache by namespace, browser, version and phase (phase None: not yet handled).",
-            counts.iter().map(|(labels, n)| (labels.clone(), *n)),
-        )?;
-        let (queued, oldest) = queue_counts(browsers.iter().map(AsRef::as_ref), Timestamp::now());
-        encode_gauges(
-            &mut encoder,
-            "browsers_queued",
-            "Browsers waiting in line for quota (status reason Queued), by namespace.",
-            queued.iter().map(|(ns, n)| {
-                (
-                    NamespaceLabels {
-                        namespace: ns.clone(),
-                    },
-                    *n,
-                )
-            }),
-        )?;
-        encode_gauges(
-            &mut encoder,
-            "queue_oldest_wait_seconds",
-            "How long the Browser waiting longest in the namespace's line has waited (whole seconds).",
-            oldest.iter().map(|(ns, s)| {
-                (
-                    NamespaceLabels {
-                        namespace: ns.clone(),
-                    },
-                    *s,
-                )
-            }),
-        )?;
-        let per_namespace = config_counts(&configs);
-        let namespace = |ns: &String| NamespaceLabels {
-            namespace: ns.clone(),
-        };
-        encode_gauges(
-            &mut encoder,
-            "browserconfig_entries",
-            "Distinct browser/version entries the namespace's BrowserConfigs resolve.",
-            per_namespace
-                .iter()
-                .map(|(ns, c)| (namespace(ns), c.entries)),
-        )?;
-        encode_gauges(
-            &mut encoder,
-            "browserconfig_conflicts",
-            "Entry definitions ignored because an older BrowserConfig of the namespace defines the same browser and version.",
-            per_namespace
-                .iter()
-                .map(|(ns, c)| (namespace(ns), c.conflicts)),
-        )?;
-        let prepull = prepull_counts(&daemon_sets);
-        encode_gauges(
-            &mut encoder,
-            "prepull_images",
-            "Distinct images the BrowserConfig's pre-pull DaemonSets pull.",
-            prepull
-                .iter()
-                .map(|(labels, (images, _))| (labels.clone(), *images)),
-        )?;
-        encode_gauges(
-            &mut encoder,
-            "prepull_nodes_pending",
-            "Nodes where the BrowserConfig's pre-pull DaemonSets have not pulled every image yet, as the DaemonSet status reports.",
-            prepull
-                .iter()
-                .map(|(labels, (_, pending))| (labels.clone(), *pending)),
-        )
+        encode_browsers(&mut encoder, &browsers)?;
+        encode_configs(&mut encoder, &configs, &daemon_sets)
     }
+}
+
+fn namespace_labels(ns: &str) -> NamespaceLabels {
+    NamespaceLabels {
+        namespace: ns.to_string(),
+    }
+}
+
+/// The gauges of the cached Browsers: by namespace, browser, version and phase; in line for
+/// quota, and the longest wait, by namespace.
+fn encode_browsers(
+    encoder: &mut DescriptorEncoder,
+    browsers: &[Arc<CachedBrowser>],
+) -> Result<(), std::fmt::Error> {
+    let counts = browser_counts(browsers.iter().map(AsRef::as_ref));
+    encode_gauges(
+        encoder,
+        "browsers",
+        "Browsers in the watch cache by namespace, browser, version and phase (phase None: not yet handled).",
+        counts.iter().map(|(labels, n)| (labels.clone(), *n)),
+    )?;
+    let (queued, oldest) = queue_counts(browsers.iter().map(AsRef::as_ref), Timestamp::now());
+    encode_gauges(
+        encoder,
+        "browsers_queued",
+        "Browsers waiting in line for quota (status reason Queued), by namespace.",
+        queued.iter().map(|(ns, n)| (namespace_labels(ns), *n)),
+    )?;
+    encode_gauges(
+        encoder,
+        "queue_oldest_wait_seconds",
+        "How long the Browser waiting longest in the namespace's line has waited (whole seconds).",
+        oldest.iter().map(|(ns, s)| (namespace_labels(ns), *s)),
+    )
+}
+
+/// The gauges of the cached BrowserConfigs and their pre-pull DaemonSets.
+fn encode_configs(
+    encoder: &mut DescriptorEncoder,
+    configs: &[Arc<DynamicObject>],
+    daemon_sets: &[Arc<DynamicObject>],
+) -> Result<(), std::fmt::Error> {
+    let per_namespace = config_counts(configs);
+    encode_gauges(
+        encoder,
+        "browserconfig_entries",
+        "Distinct browser/version entries the namespace's BrowserConfigs resolve.",
+        per_namespace
+            .iter()
+            .map(|(ns, c)| (namespace_labels(ns), c.entries)),
+    )?;
+    encode_gauges(
+        encoder,
+        "browserconfig_conflicts",
+        "Entry definitions ignored because an older BrowserConfig of the namespace defines the same browser and version.",
+        per_namespace
+            .iter()
+            .map(|(ns, c)| (namespace_labels(ns), c.conflicts)),
+    )?;
+    let prepull = prepull_counts(daemon_sets);
+    encode_gauges(
+        encoder,
+        "prepull_images",
+        "Distinct images the BrowserConfig's pre-pull DaemonSets pull.",
+        prepull
+            .iter()
+            .map(|(labels, (images, _))| (labels.clone(), *images)),
+    )?;
+    encode_gauges(
+        encoder,
+        "prepull_nodes_pending",
+        "Nodes where the BrowserConfig's pre-pull DaemonSets have not pulled every image yet, as the DaemonSet status reports.",
+        prepull
+            .iter()
+            .map(|(labels, (_, pending))| (labels.clone(), *pending)),
+    )
 }
 
 /// Encodes one gauge family, described even when it has no sample.

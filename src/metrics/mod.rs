@@ -237,8 +237,13 @@ fn event_type(warning: bool) -> &'static str {
 }
 
 /// Creates the series of `labels` in `family`, at 0.
-fn zero<S: Clone + Hash + Eq, M, C: MetricConstructor<M>>(family: &Family<S, M, C>, labels: &S) {
-    drop(family.get_or_create(labels));
+fn zero<S: Clone + Hash + Eq, M, C: MetricConstructor<M>>(
+    family: &Family<S, M, C>,
+    labels: impl IntoIterator<Item = S>,
+) {
+    for labels in labels {
+        drop(family.get_or_create(&labels));
+    }
 }
 
 /// 10 ms … 10 min in 20 exponential buckets (each about 1.8× the previous one).
@@ -254,11 +259,61 @@ fn resync_histogram() -> Histogram {
 /// The operator's metrics; cheap to update from any task.
 pub struct Metrics {
     registry: Registry,
+    reconciling: Reconciles,
+    outcomes: Outcomes,
+    health: Health,
+    caches: Arc<Caches>,
+}
+
+/// Metric families of the reconciling.
+struct Reconciles {
     reconciles: Counter,
     reconcile_errors: Family<KindLabels, Counter>,
     reconcile_duration: Histogram,
     in_flight: Gauge,
     waiting: Family<LaneLabels, Gauge>,
+}
+
+impl Reconciles {
+    fn register(r: &mut Registry) -> Self {
+        Self {
+            reconciles: registered(
+                r,
+                "reconciles",
+                "Browser reconciles run",
+                Counter::default(),
+            ),
+            reconcile_errors: registered(
+                r,
+                "reconcile_errors",
+                "Browser reconciles that failed, by error kind",
+                Family::default(),
+            ),
+            // 1 ms … 10 min: reconciles are fast; the upper end catches stuck API calls.
+            reconcile_duration: registered(
+                r,
+                "reconcile_duration_seconds",
+                "Duration of Browser reconciles",
+                Histogram::new(exponential_buckets_range(0.001, 600.0, 20)),
+            ),
+            in_flight: registered(
+                r,
+                "reconciles_in_flight",
+                "Browser reconciles running now",
+                Gauge::default(),
+            ),
+            waiting: registered(
+                r,
+                "reconciles_waiting",
+                "Browser reconciles waiting for a worker (--max-workers), by lane: status, create, cleanup",
+                Family::default(),
+            ),
+        }
+    }
+}
+
+/// Metric families of the outcomes.
+struct Outcomes {
     writes: Family<WriteLabels, Counter>,
     pod_create_errors: Family<CodeLabels, Counter>,
     failures: Family<ReasonLabels, Counter>,
@@ -266,14 +321,128 @@ pub struct Metrics {
     queue_wait: Family<OutcomeLabels, Histogram, fn() -> Histogram>,
     queue_timeout: Gauge,
     deletions: Family<ReasonLabels, Counter>,
+    events_dropped: Family<EventTypeLabels, Counter>,
+}
+
+impl Outcomes {
+    fn register(r: &mut Registry) -> Self {
+        Self {
+            writes: registered(
+                r,
+                "api_writes",
+                "API writes issued, by verb and resource",
+                Family::default(),
+            ),
+            pod_create_errors: registered(
+                r,
+                "pod_create_errors",
+                "Pod creates rejected by the API, by HTTP status",
+                Family::default(),
+            ),
+            failures: registered(
+                r,
+                "browser_failures",
+                "Browsers failed, by reason",
+                Family::default(),
+            ),
+            startup: registered(
+                r,
+                "startup_seconds",
+                "Browser startup latency by stage: pod_created (Browser created to pod create sent), scheduled (pod created to PodScheduled), running (Browser created to Running with pod IP published)",
+                Family::new_with_constructor(startup_histogram),
+            ),
+            queue_wait: registered(
+                r,
+                "queue_wait_seconds",
+                "How long Browsers waited in line for quota, by how they left it: admitted (got their pod) or timed_out (failed after --queue-timeout)",
+                Family::new_with_constructor(startup_histogram),
+            ),
+            queue_timeout: registered(
+                r,
+                "queue_timeout_seconds",
+                "The --queue-timeout the operator runs with (0: Browsers the quota has no room for fail at once)",
+                Gauge::default(),
+            ),
+            deletions: registered(
+                r,
+                "browser_deletions",
+                "Browsers the operator let go (finalizer released or Browser deleted), by the Browser's outcome: its failure reason, Succeeded, or external",
+                Family::default(),
+            ),
+            events_dropped: registered(
+                r,
+                "events_dropped",
+                "Events not published because too many waited to go out (Events go out at a bounded rate), by type",
+                Family::default(),
+            ),
+        }
+    }
+}
+
+/// Metric families of the health.
+struct Health {
     watch_errors: Family<ResourceLabels, Counter>,
     watch_restarts: Family<ResourceLabels, Counter>,
     watch_resync: Family<ResourceLabels, Histogram, fn() -> Histogram>,
-    events_dropped: Family<EventTypeLabels, Counter>,
     api_reachable: Gauge,
     api_unreachable: Counter,
     leader: Gauge,
-    caches: Arc<Caches>,
+}
+
+impl Health {
+    fn register(r: &mut Registry) -> Self {
+        let api_reachable = registered(
+            r,
+            "api_reachable",
+            "1 while the API server answers the operator's probes, 0 while it does not",
+            Gauge::default(),
+        );
+        api_reachable.set(1);
+        Self {
+            watch_errors: registered(
+                r,
+                "watch_errors",
+                "Watch errors (each followed by a restart with backoff), by resource",
+                Family::default(),
+            ),
+            watch_restarts: registered(
+                r,
+                "watch_restarts",
+                "Watches that listed again after their first list (expired or failed), by resource",
+                Family::default(),
+            ),
+            watch_resync: registered(
+                r,
+                "watch_resync_seconds",
+                "Time from a watch's first error to its cache being current again (relisted or delivering events), by resource",
+                Family::new_with_constructor(resync_histogram),
+            ),
+            api_reachable,
+            api_unreachable: registered(
+                r,
+                "api_unreachable",
+                "Times the API server stopped answering the operator's probes",
+                Counter::default(),
+            ),
+            leader: registered(
+                r,
+                "leader",
+                "1 while this replica reconciles (it holds the Lease, or runs without leader election), 0 while it stands by",
+                Gauge::default(),
+            ),
+        }
+    }
+}
+
+/// `metric`, registered in `registry` as `name` with `help`.
+fn registered<M: Clone + prometheus_client::registry::Metric>(
+    registry: &mut Registry,
+    name: &str,
+    help: &str,
+    metric: M,
+) -> M {
+    registry.register(name, help, metric.clone());
+    metric
 }
 
 impl Default for Metrics {
@@ -285,145 +454,14 @@ impl Default for Metrics {
 impl Metrics {
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("browser_controller");
-        let reconciles = Counter::default();
-        registry.register("reconciles", "Browser reconciles run", reconciles.clone());
-        let reconcile_errors = Family::<KindLabels, Counter>::default();
-        registry.register(
-            "reconcile_errors",
-            "Browser reconciles that failed, by error kind",
-            reconcile_errors.clone(),
-        );
-        // 1 ms … 10 min: reconciles are fast; the upper end catches stuck API calls.
-        let reconcile_duration = Histogram::new(exponential_buckets_range(0.001, 600.0, 20));
-        registry.register(
-            "reconcile_duration_seconds",
-            "Duration of Browser reconciles",
-            reconcile_duration.clone(),
-        );
-        let in_flight = Gauge::default();
-        registry.register(
-            "reconciles_in_flight",
-            "Browser reconciles running now",
-            in_flight.clone(),
-        );
-        let waiting = Family::<LaneLabels, Gauge>::default();
-        registry.register(
-            "reconciles_waiting",
-            "Browser reconciles waiting for a worker (--max-workers), by lane: status, create, cleanup",
-            waiting.clone(),
-        );
-        let writes = Family::<WriteLabels, Counter>::default();
-        registry.register(
-            "api_writes",
-            "API writes issued, by verb and resource",
-            writes.clone(),
-        );
-        let pod_create_errors = Family::<CodeLabels, Counter>::default();
-        registry.register(
-            "pod_create_errors",
-            "Pod creates rejected by the API, by HTTP status",
-            pod_create_errors.clone(),
-        );
-        let failures = Family::<ReasonLabels, Counter>::default();
-        registry.register(
-            "browser_failures",
-            "Browsers failed, by reason",
-            failures.clone(),
-        );
-        let startup: Family<StageLabels, Histogram, fn() -> Histogram> =
-            Family::new_with_constructor(startup_histogram);
-        registry.register(
-            "startup_seconds",
-            "Browser startup latency by stage: pod_created (Browser created to pod create sent), scheduled (pod created to PodScheduled), running (Browser created to Running with pod IP published)",
-            startup.clone(),
-        );
-        let queue_wait: Family<OutcomeLabels, Histogram, fn() -> Histogram> =
-            Family::new_with_constructor(startup_histogram);
-        registry.register(
-            "queue_wait_seconds",
-            "How long Browsers waited in line for quota, by how they left it: admitted (got their pod) or timed_out (failed after --queue-timeout)",
-            queue_wait.clone(),
-        );
-        let queue_timeout = Gauge::default();
-        registry.register(
-            "queue_timeout_seconds",
-            "The --queue-timeout the operator runs with (0: Browsers the quota has no room for fail at once)",
-            queue_timeout.clone(),
-        );
-        let deletions = Family::<ReasonLabels, Counter>::default();
-        registry.register(
-            "browser_deletions",
-            "Browsers the operator let go (finalizer released or Browser deleted), by the Browser's outcome: its failure reason, Succeeded, or external",
-            deletions.clone(),
-        );
-        let watch_errors = Family::<ResourceLabels, Counter>::default();
-        registry.register(
-            "watch_errors",
-            "Watch errors (each followed by a restart with backoff), by resource",
-            watch_errors.clone(),
-        );
-        let watch_restarts = Family::<ResourceLabels, Counter>::default();
-        registry.register(
-            "watch_restarts",
-            "Watches that listed again after their first list (expired or failed), by resource",
-            watch_restarts.clone(),
-        );
-        let watch_resync: Family<ResourceLabels, Histogram, fn() -> Histogram> =
-            Family::new_with_constructor(resync_histogram);
-        registry.register(
-            "watch_resync_seconds",
-            "Time from a watch's first error to its cache being current again (relisted or delivering events), by resource",
-            watch_resync.clone(),
-        );
-        let events_dropped = Family::<EventTypeLabels, Counter>::default();
-        registry.register(
-            "events_dropped",
-            "Events not published because the publishing queue was full (Events go out at a bounded rate), by type",
-            events_dropped.clone(),
-        );
-        let api_reachable = Gauge::default();
-        api_reachable.set(1);
-        registry.register(
-            "api_reachable",
-            "1 while the API server answers the operator's probes, 0 while it does not",
-            api_reachable.clone(),
-        );
-        let api_unreachable = Counter::default();
-        registry.register(
-            "api_unreachable",
-            "Times the API server stopped answering the operator's probes",
-            api_unreachable.clone(),
-        );
-        let leader = Gauge::default();
-        registry.register(
-            "leader",
-            "1 while this replica reconciles (it holds the Lease, or runs without leader election), 0 while it stands by",
-            leader.clone(),
-        );
         let caches = Arc::new(Caches::default());
         registry.register_collector(Box::new(CacheGauges(caches.clone())));
         let metrics = Self {
+            reconciling: Reconciles::register(&mut registry),
+            outcomes: Outcomes::register(&mut registry),
+            health: Health::register(&mut registry),
+            caches: caches.clone(),
             registry,
-            reconciles,
-            reconcile_errors,
-            reconcile_duration,
-            in_flight,
-            waiting,
-            writes,
-            pod_create_errors,
-            failures,
-            startup,
-            queue_wait,
-            queue_timeout,
-            deletions,
-            watch_errors,
-            watch_restarts,
-            watch_resync,
-            events_dropped,
-            api_reachable,
-            api_unreachable,
-            leader,
-            caches,
         };
         metrics.start_at_zero();
         metrics
@@ -435,89 +473,76 @@ impl Metrics {
     /// have no series to work on. Label values known only later (namespaces, a failed pod's
     /// own reason, other HTTP codes) appear with their first sample.
     fn start_at_zero(&self) {
-        for kind in ErrorKind::ALL {
-            zero(&self.reconcile_errors, &KindLabels { kind: kind.label() });
-        }
-        for lane in Lane::ALL {
-            zero(
-                &self.waiting,
-                &LaneLabels {
-                    lane: lane.as_str(),
-                },
-            );
-        }
-        for write in ApiWrite::ALL {
-            zero(&self.writes, &write.labels());
-        }
-        for code in FAILING_CODES {
-            zero(&self.pod_create_errors, &CodeLabels { code });
-        }
-        for reason in Reason::failures() {
-            zero(
-                &self.failures,
-                &ReasonLabels {
+        let reasons = |reasons: &mut dyn Iterator<Item = &'static str>| -> Vec<ReasonLabels> {
+            reasons
+                .map(|reason| ReasonLabels {
                     reason: reason.into(),
-                },
-            );
-        }
-        for reason in milestones::deletion_reasons() {
-            zero(
-                &self.deletions,
-                &ReasonLabels {
-                    reason: reason.into(),
-                },
-            );
-        }
-        for stage in Stage::ALL {
-            zero(
-                &self.startup,
-                &StageLabels {
-                    stage: stage.label(),
-                },
-            );
-        }
-        for left in [
+                })
+                .collect()
+        };
+        let kind = |kind: ErrorKind| KindLabels { kind: kind.label() };
+        zero(&self.reconciling.reconcile_errors, ErrorKind::ALL.map(kind));
+        zero(
+            &self.reconciling.waiting,
+            Lane::ALL.map(|lane| LaneLabels {
+                lane: lane.as_str(),
+            }),
+        );
+        zero(&self.outcomes.writes, ApiWrite::ALL.map(ApiWrite::labels));
+        zero(
+            &self.outcomes.pod_create_errors,
+            FAILING_CODES.map(|code| CodeLabels { code }),
+        );
+        zero(&self.outcomes.failures, reasons(&mut Reason::failures()));
+        zero(
+            &self.outcomes.deletions,
+            reasons(&mut milestones::deletion_reasons()),
+        );
+        zero(
+            &self.outcomes.startup,
+            Stage::ALL.map(|stage| StageLabels {
+                stage: stage.label(),
+            }),
+        );
+        let left = [
             LeftLine::Admitted(Duration::ZERO),
             LeftLine::TimedOut(Duration::ZERO),
-        ] {
-            zero(
-                &self.queue_wait,
-                &OutcomeLabels {
-                    outcome: outcome(left),
-                },
-            );
-        }
-        for watched in Watched::ALL {
-            let resource = ResourceLabels {
-                resource: watched.as_str(),
-            };
-            zero(&self.watch_errors, &resource);
-            zero(&self.watch_restarts, &resource);
-            zero(&self.watch_resync, &resource);
-        }
-        for warning in [false, true] {
-            zero(
-                &self.events_dropped,
-                &EventTypeLabels {
-                    r#type: event_type(warning),
-                },
-            );
-        }
+        ];
+        zero(
+            &self.outcomes.queue_wait,
+            left.map(|left| OutcomeLabels {
+                outcome: outcome(left),
+            }),
+        );
+        let resources = || {
+            Watched::ALL.map(|w| ResourceLabels {
+                resource: w.as_str(),
+            })
+        };
+        zero(&self.health.watch_errors, resources());
+        zero(&self.health.watch_restarts, resources());
+        zero(&self.health.watch_resync, resources());
+        let types = [false, true].map(|warning| EventTypeLabels {
+            r#type: event_type(warning),
+        });
+        zero(&self.outcomes.events_dropped, types);
     }
 
     /// Counts one API write.
     pub fn write(&self, write: ApiWrite) {
-        self.writes.get_or_create(&write.labels()).inc();
+        self.outcomes.writes.get_or_create(&write.labels()).inc();
     }
 
     pub fn pod_create_error(&self, code: u16) {
-        self.pod_create_errors
+        self.outcomes
+            .pod_create_errors
             .get_or_create(&CodeLabels { code })
             .inc();
     }
 
     pub fn failure(&self, reason: &str) {
-        self.failures
+        self.outcomes
+            .failures
             .get_or_create(&ReasonLabels {
                 reason: reason.to_string(),
             })
@@ -525,7 +550,8 @@ impl Metrics {
     }
 
     pub fn reconcile_error(&self, kind: ErrorKind) {
-        self.reconcile_errors
+        self.reconciling
+            .reconcile_errors
             .get_or_create(&KindLabels { kind: kind.label() })
             .inc();
     }
@@ -534,7 +560,8 @@ impl Metrics {
     /// span (clock skew between API server and operator) counts as zero.
     pub fn startup(&self, stage: Stage, from: Timestamp, to: Timestamp) {
         let seconds = Duration::try_from(to.duration_since(from)).map_or(0.0, |d| d.as_secs_f64());
-        self.startup
+        self.outcomes
+            .startup
             .get_or_create(&StageLabels {
                 stage: stage.label(),
             })
@@ -544,7 +571,8 @@ impl Metrics {
     /// A Browser left its line for quota ([`LeftLine`]).
     pub fn left_line(&self, left: LeftLine) {
         let (LeftLine::Admitted(waited) | LeftLine::TimedOut(waited)) = left;
-        self.queue_wait
+        self.outcomes
+            .queue_wait
             .get_or_create(&OutcomeLabels {
                 outcome: outcome(left),
             })
@@ -553,14 +581,16 @@ impl Metrics {
 
     /// The `--queue-timeout` in effect.
     pub fn set_queue_timeout(&self, timeout: Duration) {
-        self.queue_timeout
+        self.outcomes
+            .queue_timeout
             .set(i64::try_from(timeout.as_secs()).unwrap_or(i64::MAX));
     }
 
     /// Counts a Browser the operator let go, labelled by
     /// [`deletion_reason`](crate::lifecycle::milestones::deletion_reason).
     pub fn deletion(&self, reason: &str) {
-        self.deletions
+        self.outcomes
+            .deletions
             .get_or_create(&ReasonLabels {
                 reason: reason.to_string(),
             })
@@ -569,7 +599,8 @@ impl Metrics {
 
     /// Counts one watch error of `resource`.
     pub fn watch_error(&self, resource: Watched) {
-        self.watch_errors
+        self.health
+            .watch_errors
             .get_or_create(&ResourceLabels {
                 resource: resource.as_str(),
             })
@@ -578,7 +609,8 @@ impl Metrics {
 
     /// Counts one relist of `resource` after its first list.
     pub fn watch_restart(&self, resource: Watched) {
-        self.watch_restarts
+        self.health
+            .watch_restarts
             .get_or_create(&ResourceLabels {
                 resource: resource.as_str(),
             })
@@ -587,7 +619,8 @@ impl Metrics {
 
     /// Observes how long a watch of `resource` was failing before it delivered again.
     pub fn watch_resync(&self, resource: Watched, down: Duration) {
-        self.watch_resync
+        self.health
+            .watch_resync
             .get_or_create(&ResourceLabels {
                 resource: resource.as_str(),
             })
@@ -596,7 +629,8 @@ impl Metrics {
 
     /// How many reconciles wait for a worker in `lane` now.
     pub fn waiting(&self, lane: Lane, waiting: usize) {
-        self.waiting
+        self.reconciling
+            .waiting
             .get_or_create(&LaneLabels {
                 lane: lane.as_str(),
             })
@@ -605,20 +639,21 @@ impl Metrics {
 
     /// Whether this replica reconciles now; set at each scrape.
     pub fn leader(&self, leads: bool) {
-        self.leader.set(i64::from(leads));
+        self.health.leader.set(i64::from(leads));
     }
 
     /// Records whether the API server answers the link's probes; a loss is counted.
     pub fn api_reachable(&self, reachable: bool) {
-        self.api_reachable.set(i64::from(reachable));
+        self.health.api_reachable.set(i64::from(reachable));
         if !reachable {
-            self.api_unreachable.inc();
+            self.health.api_unreachable.inc();
         }
     }
 
     /// Counts an Event dropped because the publishing queue was full.
     pub fn event_dropped(&self, warning: bool) {
-        self.events_dropped
+        self.outcomes
+            .events_dropped
             .get_or_create(&EventTypeLabels {
                 r#type: event_type(warning),
             })
@@ -644,13 +679,13 @@ impl Metrics {
 
     /// Whether a reconcile is running or waiting for a worker now.
     pub fn reconciling(&self) -> bool {
-        self.in_flight.get() > 0
+        self.reconciling.in_flight.get() > 0
     }
 
     /// Marks a reconcile as running until the guard drops, then records its duration.
     pub fn reconcile_started(&self) -> ReconcileGuard<'_> {
-        self.reconciles.inc();
-        self.in_flight.inc();
+        self.reconciling.reconciles.inc();
+        self.reconciling.in_flight.inc();
         ReconcileGuard {
             metrics: self,
             start: std::time::Instant::now(),
@@ -673,11 +708,10 @@ pub struct ReconcileGuard<'a> {
 
 impl Drop for ReconcileGuard<'_> {
     fn drop(&mut self) {
-        self.metrics.in_flight.dec();
+        self.metrics.reconciling.in_flight.dec();
         let elapsed: Duration = self.start.elapsed();
-        self.metrics
-            .reconcile_duration
-            .observe(elapsed.as_secs_f64());
+        let duration = &self.metrics.reconciling.reconcile_duration;
+        duration.observe(elapsed.as_secs_f64());
     }
 }
 

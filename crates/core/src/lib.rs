@@ -9,6 +9,7 @@
 pub mod api;
 pub mod cached;
 pub mod config;
+pub mod decoded;
 pub mod duration;
 /// Builders of test objects: for the core's tests and, with feature `fixtures`, the suites'.
 #[cfg(any(test, feature = "fixtures"))]
@@ -20,5 +21,6 @@ pub mod names;
 pub mod outbox;
 pub mod pod;
 pub mod prepull;
+pub mod reach;
 pub mod startup;
 pub mod workqueue;

@@ -1,9 +1,9 @@
 //! The Browser controller: per watched scope its watch caches and index (`scope`), one work
-//! queue for all scopes (`controller::workqueue`), and `--max-workers` workers that take
-//! Browsers from it and reconcile them (`reconcile`).
+//! queue for all scopes and `--max-workers` workers that take Browsers from it and reconcile
+//! them (`work`).
 
-mod reconcile;
 mod scope;
+pub(super) mod work;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -42,7 +42,7 @@ pub async fn run(
     });
     let mut workers = JoinSet::new();
     for _ in 0..shared.queue.workers() {
-        workers.spawn(reconcile::work(shared.clone(), scopes.clone()));
+        workers.spawn(work::work(shared.clone(), scopes.clone()));
     }
     stop.await;
     shared.queue.stop();

@@ -7,7 +7,7 @@
 use std::future::{Future, ready};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use futures::StreamExt;
+use futures::{Stream, StreamExt};
 use kube::ResourceExt;
 use kube::api::DynamicObject;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -15,10 +15,10 @@ use kube::runtime::{WatchStreamExt, watcher};
 use tracing::{info, warn};
 
 use super::super::Shared;
-use super::super::decoded::{self, Decoded, FromIdentity, Undecodable};
 use super::super::watch::{self, scoped_api};
 use crate::api::{keys, kinds};
 use crate::cached::{CachedBrowser, CachedPod};
+use crate::decoded::{Decoded, FromIdentity, Undecodable};
 use crate::index::{self, Begun, Cache, Index, Key, Work};
 use crate::lifecycle::lane::Lane;
 use crate::lifecycle::milestones;
@@ -57,83 +57,112 @@ impl Scope {
         shared: Arc<Shared>,
         namespace: Option<String>,
     ) -> (Arc<Self>, impl Future<Output = ()> + Send) {
-        let (client, ns) = (&shared.client, namespace.as_deref());
-        let cached = shared.cached.clone();
-        let health = |watched| shared.watch_health(watched);
-        let browsers =
-            watch::Cache::<CachedBrowser>::new(cached.browser.clone(), health(Watched::Browsers));
-        let pods = watch::Cache::<CachedPod>::new(cached.pod.clone(), health(Watched::Pods));
-        let configs = watch::Cache::<DynamicObject>::new(
+        let (cached, health) = (&shared.cached, |watched| shared.watch_health(watched));
+        let browsers = watch::Cache::new(cached.browser.clone(), health(Watched::Browsers));
+        let pods = watch::Cache::new(cached.pod.clone(), health(Watched::Pods));
+        let configs = watch::Cache::new(
             shared.kinds.browserconfig.clone(),
             health(Watched::BrowserConfigs),
         );
-        let quota_ar = kinds::resource_quotas();
-        let quotas =
-            watch::Cache::<DynamicObject>::new(quota_ar.clone(), health(Watched::ResourceQuotas));
+        let quotas = watch::Cache::new(kinds::resource_quotas(), health(Watched::ResourceQuotas));
         let scope = Arc::new(Scope {
             shared: shared.clone(),
-            namespace: namespace.clone(),
+            namespace,
             browsers: browsers.reader.clone(),
             pods: pods.reader.clone(),
             configs: configs.reader.clone(),
             quotas: quotas.reader.clone(),
             index: Mutex::new(Index::new(cached.clone())),
         });
-        let in_pages = |config| watch::list_in_pages(config);
-        let watched = browsers.watch(
-            scoped_api::<Decoded<CachedBrowser>>(client, ns, &cached.browser),
-            in_pages(watcher::Config::default()),
-            &shared.link,
-        );
-        let s = scope.clone();
-        let browsers = browsers.fill_with(
-            decoded::skip_undecodable(watched, undecodable_browsers(shared.clone())),
-            move |e| s.on_browser(e),
-            || {},
-        );
-        let watched = pods.watch(
-            scoped_api::<CachedPod>(client, ns, &cached.pod),
-            in_pages(watcher::Config::default().labels(&keys::managed_pods_selector())),
-            &shared.link,
-        );
-        let (s, observed) = (scope.clone(), scope.clone());
-        let pods = pods.fill_with(
-            watched.inspect(move |e| observed.observe_scheduling(e)),
-            move |e| s.on_pod(e),
-            || {},
-        );
-        // An undecodable BrowserConfig is reported by the BrowserConfig controller; here it is
-        // only left out.
-        let watched = configs.watch(
-            scoped_api::<Decoded<DynamicObject>>(client, ns, &shared.kinds.browserconfig),
-            watcher::Config::default().any_semantic(),
-            &shared.link,
-        );
-        let s = scope.clone();
-        let configs = configs.fill_with(
-            decoded::skip_undecodable(watched, |_| {}).modify(strip_managed_fields),
-            move |e| s.on_config(e),
-            || {},
-        );
-        let watched = quotas.watch(
-            scoped_api::<Decoded<DynamicObject>>(client, ns, &quota_ar),
-            watcher::Config::default().any_semantic(),
-            &shared.link,
-        );
-        let s = scope.clone();
-        let quotas = quotas.fill_with(
-            decoded::skip_undecodable(watched, |_| {}).modify(strip_managed_fields),
-            move |e| s.on_quota(e),
-            || {},
-        );
+        let browsers = scope.watch_browsers(browsers);
+        let pods = scope.watch_pods(pods);
+        let configs = scope.watch_configs(configs);
+        let quotas = scope.watch_quotas(quotas);
         // Held while the watches run: the `browsers` gauge reads this cache at scrape time.
         let gauges = shared.metrics.observe_browsers(scope.browsers.clone());
-        info!(namespace = ns.unwrap_or("<all>"), "watching Browsers");
+        info!(
+            namespace = scope.namespace.as_deref().unwrap_or("<all>"),
+            "watching Browsers"
+        );
         let run = async move {
             let _gauges = gauges;
             futures::join!(drain(browsers), drain(pods), drain(configs), drain(quotas));
         };
         (scope, run)
+    }
+
+    /// The API of `resource` in this scope.
+    fn api<K>(&self, resource: &K::DynamicType) -> kube::Api<K>
+    where
+        K: kube::Resource<Scope = kube::core::DynamicResourceScope>,
+    {
+        scoped_api(&self.shared.client, self.namespace.as_deref(), resource)
+    }
+
+    /// Browsers, listed in pages where lists are not streamed; one the client cannot decode
+    /// is reported and left out.
+    fn watch_browsers(
+        self: &Arc<Self>,
+        cache: watch::Cache<CachedBrowser>,
+    ) -> impl Stream + Send + use<> {
+        let shared = &self.shared;
+        let api = self.api::<Decoded<CachedBrowser>>(&shared.cached.browser);
+        let config = watch::list_in_pages(watcher::Config::default());
+        let watched = cache.watch(api, config, &shared.link);
+        let scope = self.clone();
+        cache.fill_with(
+            watch::skip_undecodable(watched, undecodable_browsers(shared.clone())),
+            move |e| scope.on_browser(e),
+            || {},
+        )
+    }
+
+    /// The operator's pods (its label), listed in pages where lists are not streamed.
+    fn watch_pods(self: &Arc<Self>, cache: watch::Cache<CachedPod>) -> impl Stream + Send + use<> {
+        let shared = &self.shared;
+        let api = self.api::<CachedPod>(&shared.cached.pod);
+        let config = watcher::Config::default().labels(&keys::managed_pods_selector());
+        let watched = cache.watch(api, watch::list_in_pages(config), &shared.link);
+        let (scope, observed) = (self.clone(), self.clone());
+        cache.fill_with(
+            watched.inspect(move |e| observed.observe_scheduling(e)),
+            move |e| scope.on_pod(e),
+            || {},
+        )
+    }
+
+    /// BrowserConfigs; one the client cannot decode is reported by the BrowserConfig
+    /// controller, and here only left out.
+    fn watch_configs(
+        self: &Arc<Self>,
+        cache: watch::Cache<DynamicObject>,
+    ) -> impl Stream + Send + use<> {
+        let shared = &self.shared;
+        let api = self.api::<Decoded<DynamicObject>>(&shared.kinds.browserconfig);
+        let config = watcher::Config::default().any_semantic();
+        let watched = cache.watch(api, config, &shared.link);
+        let scope = self.clone();
+        cache.fill_with(
+            watch::skip_undecodable(watched, |_| {}).modify(strip_managed_fields),
+            move |e| scope.on_config(e),
+            || {},
+        )
+    }
+
+    fn watch_quotas(
+        self: &Arc<Self>,
+        cache: watch::Cache<DynamicObject>,
+    ) -> impl Stream + Send + use<> {
+        let shared = &self.shared;
+        let api = self.api::<Decoded<DynamicObject>>(&kinds::resource_quotas());
+        let config = watcher::Config::default().any_semantic();
+        let watched = cache.watch(api, config, &shared.link);
+        let scope = self.clone();
+        cache.fill_with(
+            watch::skip_undecodable(watched, |_| {}).modify(strip_managed_fields),
+            move |e| scope.on_quota(e),
+            || {},
+        )
     }
 
     fn index(&self) -> MutexGuard<'_, Index> {
@@ -179,10 +208,10 @@ impl Scope {
                 let key = (pod.metadata.namespace.clone()?, pod.browser()?.to_string());
                 self.browser(&key).is_none().then_some((key, Lane::Cleanup))
             });
-            queue.add_all(browsers.chain(orphans));
+            queue.add(browsers.chain(orphans));
         }
         if !work.keys.is_empty() {
-            queue.add_all(work.keys.into_iter().map(|key| {
+            queue.add(work.keys.into_iter().map(|key| {
                 let lane = self.lane(&key);
                 (key, lane)
             }));
@@ -299,7 +328,7 @@ impl Scope {
 }
 
 /// Runs a watch: what it brings goes into its cache and the index on the way.
-async fn drain(watch: impl futures::Stream) {
+async fn drain(watch: impl Stream) {
     watch.for_each(|_| ready(())).await;
 }
 

@@ -16,7 +16,7 @@ mod prepull;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
+use futures::{Stream, StreamExt, stream};
 use jiff::Timestamp;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
@@ -27,7 +27,6 @@ use kube::{Client, ResourceExt};
 use serde_json::Value;
 use tracing::{Instrument, debug, info_span, warn};
 
-use super::decoded::{self, Decoded, FromIdentity, Undecodable};
 use super::events::ConfigEvents;
 use super::openapi::PodSchemas;
 use super::verdicts::{REFUSED_RETRY_MAX, Verdict, Verdicts};
@@ -37,6 +36,7 @@ use crate::api::keys;
 use crate::api::kinds::{self, Kinds};
 use crate::config::report::{self, DryRun, Findings};
 use crate::config::{lookup, validate};
+use crate::decoded::{Decoded, FromIdentity, Undecodable};
 use crate::lifecycle::desired;
 use crate::lifecycle::plan::PodCreation;
 use crate::lifecycle::rejection::{self, Remedy};
@@ -79,6 +79,42 @@ struct Context {
     /// `None` without `--enable-prepull`.
     prepull: Option<PrePull>,
     policy: Policy,
+}
+
+impl Context {
+    fn new(
+        validation: Validation,
+        store: Store<DynamicObject>,
+        prepull: Option<PrePull>,
+    ) -> Arc<Self> {
+        let Validation {
+            client,
+            kinds,
+            verdicts,
+            schemas,
+            metrics,
+            events: recorder,
+            prepull: _,
+            policy,
+            link: _,
+        } = validation;
+        let events = ConfigEvents {
+            recorder,
+            resource: kinds.browserconfig.clone(),
+            metrics: metrics.clone(),
+        };
+        Arc::new(Context {
+            client,
+            events,
+            kinds,
+            verdicts,
+            schemas,
+            metrics,
+            store,
+            prepull,
+            policy,
+        })
+    }
 }
 
 fn synthetic_browser(
@@ -215,10 +251,7 @@ async fn dry_run_entries(
 
 async fn reconcile(config: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, ConfigError> {
     let ns = config.namespace().unwrap_or_default();
-    let name = config.name_any();
-    let uid = config.metadata.uid.clone().unwrap_or_default();
-    let generation = config.metadata.generation.unwrap_or(0);
-    let span = info_span!("validate_config", namespace = %ns, name = %name);
+    let span = info_span!("validate_config", namespace = %ns, name = %config.name_any());
     async move {
         // Which DaemonSets exist decides what to apply and delete: the cache must be listed.
         if let Some(prepull) = &ctx.prepull
@@ -230,55 +263,10 @@ async fn reconcile(config: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Acti
             return Ok(Action::requeue(PREPULL_CACHE_WAIT));
         }
         let reports = validate::validate_config(&config);
-        let current = config.data.get("status").cloned().unwrap_or(Value::Null);
         // Judged against the schema in use at the start; a schema change re-judges anyway.
         let schema = ctx.schemas.current();
-        let pending =
-            ctx.verdicts
-                .pending_refusal(&uid, generation, schema.as_ref(), Instant::now());
-        let runs = if pending.is_some() || ctx.verdicts.judged(&uid, generation, schema.as_ref()) {
-            None
-        } else {
-            Some(dry_run_entries(&ctx, &config, &reports).await?)
-        };
-        let runs = match (runs, &pending) {
-            (_, Some((refused, _))) => refused.clone(),
-            (Some(runs), None) => {
-                let judged = runs
-                    .iter()
-                    .all(|r| r.refusal.is_none())
-                    .then(|| (generation, schema.as_ref().map(Arc::downgrade)));
-                ctx.verdicts.record(&ns, &name, &uid, judged, &runs);
-                runs
-            }
-            // Already judged: rebuild the verdicts from what was recorded.
-            (None, None) => reports
-                .iter()
-                .map(|r| {
-                    let verdict = ctx.verdicts.verdict(&ns, &name, &r.browser, &r.version);
-                    DryRun {
-                        browser: r.browser.clone(),
-                        version: r.version.clone(),
-                        rejection: verdict.rejection,
-                        refusal: verdict.refusal,
-                        removed: verdict.removed,
-                    }
-                })
-                .collect(),
-        };
-        let problems = report::problems(&reports, &runs);
+        let (runs, pending) = judge(&ctx, &config, &reports, schema.as_ref()).await?;
         let refusals = report::refusals(&runs);
-        let removed = report::removed_fields(&runs);
-        let same_ns: Vec<Arc<DynamicObject>> = ctx
-            .store
-            .state()
-            .into_iter()
-            .filter(|c| c.metadata.namespace.as_deref() == Some(ns.as_str()))
-            .collect();
-        let conflicts: Vec<lookup::Conflict> = lookup::conflicts(&same_ns)
-            .into_iter()
-            .filter(|c| c.loser == name)
-            .collect();
         let pre_pull = prepull::pre_pull(
             ctx.prepull.as_ref(),
             &ctx.client,
@@ -288,38 +276,15 @@ async fn reconcile(config: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Acti
             &config,
         )
         .await?;
-        let spec = config.data.get("spec").cloned().unwrap_or(Value::Null);
-        let desired = report::status(
-            &current,
-            &spec,
-            config.metadata.generation,
-            Findings {
-                problems: &problems,
-                refusals: &refusals,
-                removed: &removed,
-                conflicts: &conflicts,
-                pre_pull: pre_pull.as_ref().map(|(finding, _)| finding),
-            },
-            Timestamp::now(),
-        );
-        if desired != current {
-            match apply_status(&ctx, &ns, &name, None, desired).await {
-                Ok(_) => {}
-                // Refused for a reason no rule knows: said once, and not tried again until the
-                // config changes (a retry would be refused alike).
-                Err(kube::Error::Api(status)) if rejection::is_refusal(status.code) => {
-                    let note = format!(
-                        "the API server refused this BrowserConfig's status: {} {}: {}",
-                        status.code, status.reason, status.message
-                    );
-                    warn!(error = %note, "BrowserConfig status refused; not retried until it changes");
-                    ctx.events
-                        .publish(&config, EventType::Warning, report::STATUS_REFUSED, note)
-                        .await;
-                    return Ok(Action::await_change());
-                }
-                Err(error) => return Err(ConfigError::Status(error)),
-            }
+        let findings = Findings {
+            problems: &report::problems(&reports, &runs),
+            refusals: &refusals,
+            removed: &report::removed_fields(&runs),
+            conflicts: &conflicts(&ctx, &config),
+            pre_pull: pre_pull.as_ref().map(|(finding, _)| finding),
+        };
+        if !write_status(&ctx, &config, findings).await? {
+            return Ok(Action::await_change());
         }
         let prepull_refused = pre_pull.is_some_and(|(_, refused)| refused);
         if refusals.is_empty() {
@@ -330,24 +295,125 @@ async fn reconcile(config: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Acti
                 Action::await_change()
             });
         }
-        if let Some((_, left)) = pending {
+        if let Some(left) = pending {
             return Ok(Action::requeue(left));
         }
-        let judged = (generation, schema.as_ref().map(Arc::downgrade));
-        let (wait, first) = ctx
-            .verdicts
-            .refused(&uid, judged, runs.clone(), Instant::now());
-        if first {
-            let note = refusals.join(" | ");
-            warn!(error = %note, retry_in = ?wait, "the cluster refused to validate BrowserConfig entries; their validity is unknown");
-            publish_refusal(&ctx, &config, note).await;
-        } else {
-            debug!(retry_in = ?wait, "the cluster still refuses to validate BrowserConfig entries");
-        }
-        Ok(Action::requeue(wait))
+        Ok(refused(&ctx, &config, schema.as_ref(), runs, &refusals).await)
     }
     .instrument(span)
     .await
+}
+
+/// The cluster's verdicts on the entries of `config`: dry-run once per generation and Pod
+/// schema, else what was recorded; and how long until a refused dry run is tried again.
+async fn judge(
+    ctx: &Context,
+    config: &DynamicObject,
+    reports: &[validate::EntryReport],
+    schema: Option<&Arc<PodSchema>>,
+) -> Result<(Vec<DryRun>, Option<Duration>), ConfigError> {
+    let (ns, name) = (config.namespace().unwrap_or_default(), config.name_any());
+    let uid = config.metadata.uid.clone().unwrap_or_default();
+    let generation = config.metadata.generation.unwrap_or(0);
+    let verdicts = &ctx.verdicts;
+    if let Some((refused, left)) =
+        verdicts.pending_refusal(&uid, generation, schema, Instant::now())
+    {
+        return Ok((refused, Some(left)));
+    }
+    if !verdicts.judged(&uid, generation, schema) {
+        let runs = dry_run_entries(ctx, config, reports).await?;
+        let judged = runs
+            .iter()
+            .all(|r| r.refusal.is_none())
+            .then(|| (generation, schema.map(Arc::downgrade)));
+        verdicts.record(&ns, &name, &uid, judged, &runs);
+        return Ok((runs, None));
+    }
+    // Already judged: the verdicts as recorded.
+    let recorded = reports.iter().map(|r| {
+        let verdict = verdicts.verdict(&ns, &name, &r.browser, &r.version);
+        DryRun {
+            browser: r.browser.clone(),
+            version: r.version.clone(),
+            rejection: verdict.rejection,
+            refusal: verdict.refusal,
+            removed: verdict.removed,
+        }
+    });
+    Ok((recorded.collect(), None))
+}
+
+/// The entries of `config` that an older BrowserConfig of its namespace defines too.
+fn conflicts(ctx: &Context, config: &DynamicObject) -> Vec<lookup::Conflict> {
+    let (ns, name) = (config.metadata.namespace.as_deref(), config.name_any());
+    let same_ns: Vec<Arc<DynamicObject>> = ctx
+        .store
+        .state()
+        .into_iter()
+        .filter(|c| c.metadata.namespace.as_deref() == ns)
+        .collect();
+    let mut conflicts = lookup::conflicts(&same_ns);
+    conflicts.retain(|c| c.loser == name);
+    conflicts
+}
+
+/// Writes the status of `config` from its `findings` when it changes; `false` when the API
+/// server refused it for a reason no rule knows (said once, and not tried again until the
+/// config changes: a retry would be refused alike).
+async fn write_status(
+    ctx: &Context,
+    config: &DynamicObject,
+    findings: Findings<'_>,
+) -> Result<bool, ConfigError> {
+    let current = config.data.get("status").cloned().unwrap_or(Value::Null);
+    let spec = config.data.get("spec").cloned().unwrap_or(Value::Null);
+    let generation = config.metadata.generation;
+    let desired = report::status(&current, &spec, generation, findings, Timestamp::now());
+    if desired == current {
+        return Ok(true);
+    }
+    let (ns, name) = (config.namespace().unwrap_or_default(), config.name_any());
+    match apply_status(ctx, &ns, &name, None, desired).await {
+        Ok(()) => Ok(true),
+        Err(kube::Error::Api(status)) if rejection::is_refusal(status.code) => {
+            let note = format!(
+                "the API server refused this BrowserConfig's status: {} {}: {}",
+                status.code, status.reason, status.message
+            );
+            warn!(error = %note, "BrowserConfig status refused; not retried until it changes");
+            ctx.events
+                .publish(config, EventType::Warning, report::STATUS_REFUSED, note)
+                .await;
+            Ok(false)
+        }
+        Err(error) => Err(ConfigError::Status(error)),
+    }
+}
+
+/// The cluster refused to judge some entries: they are judged again after a growing wait,
+/// said once in a Warning Event.
+async fn refused(
+    ctx: &Context,
+    config: &DynamicObject,
+    schema: Option<&Arc<PodSchema>>,
+    runs: Vec<DryRun>,
+    refusals: &[String],
+) -> Action {
+    let uid = config.metadata.uid.clone().unwrap_or_default();
+    let judged = (
+        config.metadata.generation.unwrap_or(0),
+        schema.map(Arc::downgrade),
+    );
+    let (wait, first) = ctx.verdicts.refused(&uid, judged, runs, Instant::now());
+    if first {
+        let note = refusals.join(" | ");
+        warn!(error = %note, retry_in = ?wait, "the cluster refused to validate BrowserConfig entries; their validity is unknown");
+        publish_refusal(ctx, config, note).await;
+    } else {
+        debug!(retry_in = ?wait, "the cluster still refuses to validate BrowserConfig entries");
+    }
+    Action::requeue(wait)
 }
 
 /// One Warning Event on the BrowserConfig when the cluster starts refusing to judge it.
@@ -387,33 +453,73 @@ pub async fn run_scope(
     namespace: Option<String>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let Validation {
-        client,
-        kinds,
-        verdicts,
-        schemas,
-        metrics,
-        events: recorder,
-        prepull: prepull_images,
-        policy,
-        link,
-    } = validation;
-    let api =
-        scoped_api::<Decoded<DynamicObject>>(&client, namespace.as_deref(), &kinds.browserconfig);
+    let (client, metrics, link) = (&validation.client, &validation.metrics, &validation.link);
+    let (ns, browserconfig) = (namespace.as_deref(), &validation.kinds.browserconfig);
     // Config deletions, DaemonSet lists and changes: DaemonSets of configs that are gone are
     // swept.
-    let (sweep_tx, sweeps) = futures::channel::mpsc::unbounded::<()>();
-    let config_sweep = sweep_tx.clone();
-    let cache = watch::Cache::<DynamicObject>::new(
-        kinds.browserconfig.clone(),
-        WatchHealth::new(Watched::BrowserConfigs, metrics.clone()),
-    );
+    let (sweep, sweeps) = futures::channel::mpsc::unbounded::<()>();
+    let health = WatchHealth::new(Watched::BrowserConfigs, metrics.clone());
+    let cache = watch::Cache::<DynamicObject>::new(browserconfig.clone(), health);
     let (store, health) = (cache.reader.clone(), cache.health.clone());
-    // Every completed list (a relist after the watch failed too) judges every config again.
+    let api = scoped_api::<Decoded<DynamicObject>>(client, ns, browserconfig);
+    let (configs, listed, undecodable) = config_watch(cache, api, link, sweep.clone());
+    let daemon_sets = validation
+        .prepull
+        .clone()
+        .map(|images| prepull::daemon_set_watch(client, ns, metrics, link, images, sweep));
+    let (prepull, daemon_set_changes, daemon_sets_listed) = match daemon_sets {
+        Some((prepull, changes, listed)) => (Some(prepull), changes, listed),
+        None => (None, stream::empty().boxed(), stream::empty().boxed()),
+    };
+    // Held until the scope stops: the gauges read these caches at scrape time.
+    let _gauges = metrics.observe_configs(store.clone());
+    let _prepull_gauges = prepull
+        .as_ref()
+        .map(|p| metrics.observe_prepull(p.store.clone()));
+    let sweeper = prepull.as_ref().map(|p| {
+        let configs = (store.clone(), health.clone());
+        p.sweeper(client.clone(), configs, metrics.clone(), sweeps)
+    });
+    // Every config is judged again when the cluster's Pod schema changes.
+    let schema_changes = stream::unfold(validation.schemas.subscribe(), |mut rx| async move {
+        rx.changed().await.ok()?;
+        Some(((), rx))
+    });
+    let ctx = Context::new(validation, store, prepull);
+    let everything =
+        stream::select_all([listed.boxed(), schema_changes.boxed(), daemon_sets_listed]);
+    let controller = controller(
+        ctx.clone(),
+        configs,
+        daemon_set_changes,
+        everything,
+        shutdown,
+    );
+    let sweeper = async move {
+        if let Some(sweeper) = sweeper {
+            sweeper.await;
+        }
+    };
+    futures::future::join3(controller, sweeper, report_undecodable(ctx, undecodable)).await;
+}
+
+/// The BrowserConfig watch into `cache`: its changes, its completed lists (each judges every
+/// config again) and the configs the client cannot decode; deletions and lists ask `sweep`
+/// to look for DaemonSets of configs that are gone.
+fn config_watch(
+    cache: watch::Cache<DynamicObject>,
+    api: kube::Api<Decoded<DynamicObject>>,
+    link: &Link,
+    sweep: futures::channel::mpsc::UnboundedSender<()>,
+) -> (
+    impl Stream<Item = Result<DynamicObject, watcher::Error>> + Send + use<>,
+    impl Stream<Item = ()> + Send + use<>,
+    futures::channel::mpsc::UnboundedReceiver<Undecodable>,
+) {
     let (listed_tx, listed) = futures::channel::mpsc::unbounded::<()>();
     let (undecodable_tx, undecodable) = futures::channel::mpsc::unbounded::<Undecodable>();
-    let watched = cache.watch(api, watcher::Config::default().any_semantic(), &link);
-    let watched = decoded::skip_undecodable(watched, move |u: &Undecodable| {
+    let watched = cache.watch(api, watcher::Config::default().any_semantic(), link);
+    let watched = watch::skip_undecodable(watched, move |u: &Undecodable| {
         let _ = undecodable_tx.unbounded_send(u.clone());
     });
     let configs = cache.fill(watched, move || {
@@ -424,121 +530,49 @@ pub async fn run_scope(
             event,
             Ok(watcher::Event::Delete(_) | watcher::Event::InitDone)
         ) {
-            let _ = config_sweep.unbounded_send(());
+            let _ = sweep.unbounded_send(());
         }
     });
-    let daemon_sets = prepull_images.map(|images| {
-        prepull::daemon_set_watch(
-            &client,
-            namespace.as_deref(),
-            &metrics,
-            &link,
-            images,
-            sweep_tx,
-        )
-    });
-    // Held until the scope stops: the BrowserConfig gauges read this cache at scrape time.
-    let _gauge_source = metrics.observe_configs(store.clone());
-    let (prepull, daemon_set_changes, daemon_sets_listed) = match daemon_sets {
-        Some((prepull, changes, listed)) => (Some(prepull), changes, listed),
-        None => (
-            None,
-            futures::stream::empty().boxed(),
-            futures::stream::empty().boxed(),
-        ),
+    (watch::live_changes(configs, true), listed, undecodable)
+}
+
+/// The kube-runtime controller of the BrowserConfigs: a config change reconciles every
+/// config of its namespace (conflicts involve the others), a DaemonSet change the config that
+/// controls it, and `everything` fires for them all.
+async fn controller(
+    ctx: Arc<Context>,
+    configs: impl Stream<Item = Result<DynamicObject, watcher::Error>> + Send + 'static,
+    daemon_set_changes: prepull::Triggers<Result<DynamicObject, watcher::Error>>,
+    everything: impl Stream<Item = ()> + Send + 'static,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let (store, ar) = (ctx.store.clone(), ctx.kinds.browserconfig.clone());
+    let (owner_ar, config_ar) = (ar.clone(), ar.clone());
+    let same_namespace = move |changed: DynamicObject| {
+        let ns = changed.metadata.namespace.clone().unwrap_or_default();
+        let refs = store.state().into_iter().filter_map(|c| {
+            (c.metadata.namespace.as_deref() == Some(ns.as_str())).then_some(())?;
+            Some(ObjectRef::new_with(c.metadata.name.as_deref()?, config_ar.clone()).within(&ns))
+        });
+        refs.collect::<Vec<_>>()
     };
-    let _prepull_gauge_source = prepull
-        .as_ref()
-        .map(|p| metrics.observe_prepull(p.store.clone()));
-    let sweeper = prepull.as_ref().map(|p| {
-        prepull::sweep_loop(
-            client.clone(),
-            p.resource.clone(),
-            p.store.clone(),
-            p.health.clone(),
-            store.clone(),
-            health.clone(),
-            metrics.clone(),
-            sweeps,
-        )
-    });
-    let mapper_store = store.clone();
-    let ar = kinds.browserconfig.clone();
-    // Every config is judged again when the cluster's Pod schema changes.
-    let schema_changes = futures::stream::unfold(schemas.subscribe(), |mut rx| async move {
-        rx.changed().await.ok()?;
-        Some(((), rx))
-    });
-    let owner_ar = kinds.browserconfig.clone();
-    let events = ConfigEvents {
-        recorder,
-        resource: kinds.browserconfig.clone(),
-        metrics: metrics.clone(),
+    let owner = move |ds: DynamicObject| {
+        let ns = ds.metadata.namespace.clone()?;
+        let (config, _) = progress::owner(&ds)?;
+        Some(ObjectRef::new_with(config, owner_ar.clone()).within(&ns))
     };
-    let ctx = Arc::new(Context {
-        client,
-        events,
-        kinds: kinds.clone(),
-        verdicts,
-        schemas,
-        metrics,
-        store: store.clone(),
-        prepull,
-        policy,
-    });
-    let report_ctx = ctx.clone();
-    // Conflicts involve other configs of the namespace: any change re-checks them all.
-    let controller =
-        Controller::for_stream_with(futures::stream::empty(), store, kinds.browserconfig.clone())
-            .watches_stream_with(
-                watch::live_changes(configs, true),
-                move |changed| {
-                    let ns = changed.metadata.namespace.clone().unwrap_or_default();
-                    mapper_store
-                        .state()
-                        .into_iter()
-                        .filter(|c| c.metadata.namespace.as_deref() == Some(ns.as_str()))
-                        .filter_map(|c| {
-                            Some(
-                                ObjectRef::new_with(c.metadata.name.as_deref()?, ar.clone())
-                                    .within(&ns),
-                            )
-                        })
-                        .collect::<Vec<_>>()
-                },
-                kinds.browserconfig.clone(),
-            )
-            // A DaemonSet change reconciles the config that controls it.
-            .watches_stream_with(
-                daemon_set_changes,
-                move |ds| {
-                    let ns = ds.metadata.namespace.clone()?;
-                    let (config, _) = progress::owner(&ds)?;
-                    Some(ObjectRef::new_with(config, owner_ar.clone()).within(&ns))
-                },
-                kinds::daemon_sets(),
-            )
-            .reconcile_all_on(futures::stream::select_all([
-                listed.boxed(),
-                schema_changes.boxed(),
-                daemon_sets_listed,
-            ]))
-            .graceful_shutdown_on(shutdown)
-            .run(reconcile, error_policy, ctx)
-            .for_each(|r| async move {
-                if let Err(e) = r {
-                    debug!(error = %e, "BrowserConfig controller event");
-                }
-            });
-    let reports = report_undecodable(report_ctx, undecodable);
-    match sweeper {
-        Some(sweeper) => {
-            futures::future::join3(controller, sweeper, reports).await;
-        }
-        None => {
-            futures::future::join(controller, reports).await;
-        }
-    }
+    Controller::for_stream_with(stream::empty(), ctx.store.clone(), ar.clone())
+        .watches_stream_with(configs, same_namespace, ar)
+        .watches_stream_with(daemon_set_changes, owner, kinds::daemon_sets())
+        .reconcile_all_on(everything)
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                debug!(error = %e, "BrowserConfig controller event");
+            }
+        })
+        .await;
 }
 
 /// Applies `status` to the BrowserConfig `name` (only while it has `uid`, when given). The

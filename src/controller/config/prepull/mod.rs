@@ -35,6 +35,34 @@ pub(super) struct PrePull {
     pub(super) health: Arc<WatchHealth>,
 }
 
+impl PrePull {
+    /// Deletes the DaemonSets of configs that are gone each time `sweeps` asks, once both
+    /// caches (`configs`, with its health) are listed (`sweep_loop`).
+    pub(super) fn sweeper(
+        &self,
+        client: Client,
+        (configs, configs_health): (Store<DynamicObject>, Arc<WatchHealth>),
+        metrics: Arc<Metrics>,
+        sweeps: futures::channel::mpsc::UnboundedReceiver<()>,
+    ) -> impl std::future::Future<Output = ()> + use<> {
+        let (resource, store, health) = (
+            self.resource.clone(),
+            self.store.clone(),
+            self.health.clone(),
+        );
+        sweep_loop(
+            client,
+            resource,
+            store,
+            health,
+            configs,
+            configs_health,
+            metrics,
+            sweeps,
+        )
+    }
+}
+
 /// Longest wait of a reconcile for the first list of the pre-pull DaemonSets.
 pub(super) const PREPULL_CACHE_WAIT: Duration = Duration::from_secs(5);
 
@@ -166,7 +194,7 @@ const SWEEP_RETRY: Duration = Duration::from_secs(30);
     clippy::too_many_arguments,
     reason = "the two caches with their health, and where to write"
 )]
-pub(super) async fn sweep_loop(
+async fn sweep_loop(
     client: Client,
     resource: kube::core::ApiResource,
     daemon_sets: Store<DynamicObject>,

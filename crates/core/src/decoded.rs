@@ -10,11 +10,8 @@
 
 use std::borrow::Cow;
 
-use futures::{Stream, StreamExt};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-use kube::api::DynamicObject;
-use kube::core::{DynamicResourceScope, Resource};
-use kube::runtime::watcher;
+use kube_core::{DynamicObject, DynamicResourceScope, Resource};
 use serde::de::{DeserializeOwned, Error as _};
 use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
@@ -143,53 +140,9 @@ impl FromIdentity for DynamicObject {
     }
 }
 
-/// The watch events of the decodable objects. An undecodable object is handed to `report`
-/// and left out of a list; one that changes into an undecodable state is deleted from the
-/// cache, so that no decision rests on its older content.
-pub fn skip_undecodable<K, S>(
-    stream: S,
-    mut report: impl FnMut(&Undecodable) + Send,
-) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send
-where
-    S: Stream<Item = Result<watcher::Event<Decoded<K>>, watcher::Error>> + Send,
-    K: FromIdentity + Send,
-{
-    stream.filter_map(move |item| {
-        let event = match item {
-            Err(error) => Some(Err(error)),
-            Ok(event) => split(event, &mut report).map(Ok),
-        };
-        std::future::ready(event)
-    })
-}
-
-fn split<K: FromIdentity>(
-    event: watcher::Event<Decoded<K>>,
-    report: &mut impl FnMut(&Undecodable),
-) -> Option<watcher::Event<K>> {
-    use watcher::Event;
-    match event {
-        Event::Init => Some(Event::Init),
-        Event::InitDone => Some(Event::InitDone),
-        Event::Apply(Decoded::Object(k)) => Some(Event::Apply(k)),
-        Event::InitApply(Decoded::Object(k)) => Some(Event::InitApply(k)),
-        Event::Delete(Decoded::Object(k)) => Some(Event::Delete(k)),
-        Event::Apply(Decoded::Undecodable(u)) => {
-            report(&u);
-            Some(Event::Delete(K::from_identity(u.metadata)))
-        }
-        Event::InitApply(Decoded::Undecodable(u)) => {
-            report(&u);
-            None
-        }
-        Event::Delete(Decoded::Undecodable(u)) => Some(Event::Delete(K::from_identity(u.metadata))),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
     /// JSON text of an object whose `spec.affinity` nests `depth` objects.
     fn deep(name: &str, depth: usize) -> String {
@@ -210,12 +163,12 @@ mod tests {
             deep("good", 3),
             deep("bad", 200)
         );
-        let plain = serde_json::from_str::<kube::core::ObjectList<DynamicObject>>(&list);
+        let plain = serde_json::from_str::<kube_core::ObjectList<DynamicObject>>(&list);
         assert!(
             plain.unwrap_err().to_string().contains("recursion limit"),
             "the failure this module exists for"
         );
-        let decoded: kube::core::ObjectList<Decoded<DynamicObject>> =
+        let decoded: kube_core::ObjectList<Decoded<DynamicObject>> =
             serde_json::from_str(&list).unwrap();
         let [good, bad] = decoded.items.as_slice() else {
             panic!("two items");
@@ -234,54 +187,11 @@ mod tests {
     #[test]
     fn watch_events_of_undecodable_objects_decode_too() {
         let line = format!(r#"{{"type":"MODIFIED","object":{}}}"#, deep("bad", 300));
-        let event: kube::core::WatchEvent<Decoded<DynamicObject>> =
+        let event: kube_core::WatchEvent<Decoded<DynamicObject>> =
             serde_json::from_str(&line).unwrap();
         assert!(matches!(
             event,
-            kube::core::WatchEvent::Modified(Decoded::Undecodable(_))
+            kube_core::WatchEvent::Modified(Decoded::Undecodable(_))
         ));
-    }
-
-    #[test]
-    fn undecodable_objects_are_reported_and_leave_the_cache() {
-        use watcher::Event;
-        let object = |name: &str| -> Decoded<DynamicObject> {
-            serde_json::from_value(
-                json!({"apiVersion": "v1", "kind": "X", "metadata": {"name": name}}),
-            )
-            .unwrap()
-        };
-        let bad = || -> Decoded<DynamicObject> { serde_json::from_str(&deep("bad", 200)).unwrap() };
-        let mut reported = Vec::new();
-        let mut report =
-            |u: &Undecodable| reported.push(u.metadata.name.clone().unwrap_or_default());
-        let name = |e: Option<Event<DynamicObject>>| match e {
-            Some(Event::Apply(k)) => format!("apply {}", k.metadata.name.unwrap_or_default()),
-            Some(Event::InitApply(k)) => format!("init {}", k.metadata.name.unwrap_or_default()),
-            Some(Event::Delete(k)) => format!("delete {}", k.metadata.name.unwrap_or_default()),
-            Some(Event::Init) => "Init".into(),
-            Some(Event::InitDone) => "InitDone".into(),
-            None => "skipped".into(),
-        };
-        let seen = [
-            name(split(Event::Init, &mut report)),
-            name(split(Event::InitApply(object("good")), &mut report)),
-            name(split(Event::InitApply(bad()), &mut report)),
-            name(split(Event::InitDone, &mut report)),
-            name(split(Event::Apply(bad()), &mut report)),
-            name(split(Event::Delete(bad()), &mut report)),
-        ];
-        assert_eq!(
-            seen,
-            [
-                "Init",
-                "init good",
-                "skipped",
-                "InitDone",
-                "delete bad",
-                "delete bad"
-            ]
-        );
-        assert_eq!(reported, ["bad", "bad"]);
     }
 }
