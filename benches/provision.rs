@@ -15,7 +15,9 @@
 //! writes of the normal path, the limit for an operator on this server; (3) the operator run —
 //! N Browsers created, then deleted; (4) idle — for each `--idle` size, the operator restarted
 //! over that many Running Browsers, its memory, start-up cost and idle CPU. The CPU of
-//! kube-apiserver and etcd is read per phase when the benchmark started them. See
+//! kube-apiserver and etcd is read per phase when the benchmark started them. With `--quota`
+//! the operator run is under a ResourceQuota of pods (the capacity queue), and with `--owners`
+//! its Browsers arrive as several owners' (fair share), each owner's wait reported. See
 //! docs/performance.md.
 
 use testkit as support;
@@ -28,12 +30,16 @@ mod cluster;
 mod collector;
 #[path = "provision/copied.rs"]
 mod copied;
+#[path = "provision/fair_share.rs"]
+mod fair_share;
 #[path = "provision/flavour.rs"]
 mod flavour;
 #[path = "provision/ideal.rs"]
 mod ideal;
 #[path = "provision/measure.rs"]
 mod measure;
+#[path = "provision/quota.rs"]
+mod quota;
 #[path = "provision/report.rs"]
 mod report;
 #[path = "provision/requests.rs"]
@@ -71,9 +77,11 @@ use audit::Audit;
 use cluster::Backend;
 use collector::Collector;
 use copied::Copied;
+use fair_share::Owners;
 use flavour::Flavour;
 use ideal::IdealClient;
 use measure::{Cpu, ServerCpu, ServerPids};
+use quota::Quota;
 use report::{Baseline, Cost, Flow, Ideal, Idle, IdleMemory, PathToPod, Report, Run, Setup};
 use requests::{RequestLog, Step, Timed};
 use support::apiserver::ApiServer;
@@ -134,6 +142,20 @@ struct Args {
     #[arg(long, value_name = "DURATION", num_args = 0..=1, default_missing_value = "1.5s",
           value_parser = duration::parse)]
     session_end: Option<Duration>,
+    /// The operator run under a ResourceQuota of this many pods in the namespace (the
+    /// capacity queue, the operator started with `--queue-timeout=10m`); the benchmark keeps
+    /// the quota's use counted, as the quota controller would.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    quota: Option<u32>,
+    /// Fair share: the operator run's first half of Browsers are owner 0's, created at once; a
+    /// second later the rest arrive, owners 1 to N-1 in turn. The waits are reported per owner.
+    #[arg(long, requires = "quota", conflicts_with = "rate",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    owners: Option<u32>,
+    /// With --owners: the same arrivals, every Browser of one owner (the figure fair share is
+    /// compared with). The waits are still reported by the group each would be in.
+    #[arg(long, requires = "owners")]
+    single_owner: bool,
     /// Run the operator before the ideal client (default: after it), to see whether the order
     /// of the phases favours either: each phase leaves the server with the objects the last one
     /// created and deleted.
@@ -247,6 +269,8 @@ struct Plan {
     step_delay: Duration,
     max_workers: Option<u16>,
     session_end: Option<Duration>,
+    quota: Option<usize>,
+    owners: Option<Owners>,
     operator_first: bool,
     warm_phase: bool,
     namespace: String,
@@ -280,6 +304,11 @@ impl From<&Args> for Plan {
             step_delay: args.step_delay,
             max_workers: args.max_workers,
             session_end: args.session_end,
+            quota: args.quota.map(|q| q as usize),
+            owners: args.owners.map(|n| Owners {
+                groups: n as usize,
+                single: args.single_owner,
+            }),
             operator_first: args.operator_first,
             warm_phase: args.warm_phase,
             namespace: args.namespace.clone(),
@@ -775,6 +804,10 @@ impl Ctx<'_> {
         if let Some(n) = self.plan.max_workers {
             flags.push(format!("--max-workers={n}"));
         }
+        // Under a quota the line may be long: nobody gives up waiting during the run.
+        if self.plan.quota.is_some() {
+            flags.push("--queue-timeout=10m".into());
+        }
         // Against a shared cluster, leave other namespaces' Browsers alone.
         if self.plan.kubeconfig.is_some() {
             flags.push(format!("--namespace={}", self.plan.namespace));
@@ -787,12 +820,27 @@ impl Ctx<'_> {
         names: &[String],
         rate: Option<f64>,
     ) -> Result<Vec<(Instant, Instant)>, BenchError> {
+        self.create_browsers_of(names, None, rate).await
+    }
+
+    /// Creates the Browsers `names`, each of its owner in `owners` (by position) if given.
+    async fn create_browsers_of(
+        &self,
+        names: &[String],
+        owners: Option<&[String]>,
+        rate: Option<f64>,
+    ) -> Result<Vec<(Instant, Instant)>, BenchError> {
         let api = self.browsers();
         fan_out(names.len(), self.plan.concurrency, rate, |i| {
             let api = api.clone();
             let object = self.fixture.browser(&names[i]);
+            let owner = owners.map(|o| o[i].clone());
             async move {
-                api.create(&PostParams::default(), &object?)
+                let mut object = object?;
+                if let Some(owner) = owner {
+                    fair_share::label(&mut object, &owner);
+                }
+                api.create(&PostParams::default(), &object)
                     .await
                     .map_err(api_error("create Browser"))?;
                 Ok(())
@@ -1178,6 +1226,8 @@ async fn bench(
         step_delay: plan.step_delay,
         max_workers: plan.max_workers,
         session_end: plan.session_end,
+        quota: plan.quota,
+        owners: plan.owners,
         operator_first: plan.operator_first,
         warm_phase: plan.warm_phase,
         threads,
@@ -1488,8 +1538,15 @@ async fn provision(ctx: &Ctx<'_>, op: &mut Operator) -> Result<(Run, Cost), Benc
     let server_start = ctx.server_cpu()?;
     let cpu_start = op.cpu()?;
     let audit_start = ctx.audit_mark()?;
+    let quota = match ctx.plan.quota {
+        Some(pods) => Some(Quota::start(ctx.client.clone(), &ctx.plan.namespace, pods).await?),
+        None => None,
+    };
     end_sessions(ctx, &names);
-    let created = ctx.create_browsers(&names, ctx.plan.rate).await?;
+    let created = match &ctx.plan.owners {
+        Some(owners) => arrive(ctx, owners, &names).await?,
+        None => ctx.create_browsers(&names, ctx.plan.rate).await?,
+    };
     if ctx.plan.session_end.is_some() {
         // Mixed load: every session ends by itself; the phase is over when the operator has
         // cleaned all of them up. What the watches saw on the way is the figure.
@@ -1509,12 +1566,24 @@ async fn provision(ctx: &Ctx<'_>, op: &mut Operator) -> Result<(Run, Cost), Benc
         server_since(server_running, server_start),
         cpu_running.since(&cpu_start),
     );
+    let waits = ctx.plan.owners.map(|owners| {
+        let groups: Vec<usize> = (0..n).map(|i| owners.group(i, n)).collect();
+        let sent: Vec<Instant> = created.iter().map(|c| c.0).collect();
+        let running: Vec<Option<Instant>> = ctx.observer.with(|s| {
+            let at = |name: &String| s.browser_running.get(name).copied();
+            names.iter().map(at).collect()
+        });
+        fair_share::waits(&owners, &groups, &sent, &running)
+    });
 
     let delete_start = Instant::now();
     if ctx.plan.session_end.is_none() {
         ctx.delete_browsers(&names).await?;
     }
     ctx.wait_gone("b-", n, || op.check()).await?;
+    if let Some(quota) = quota {
+        quota.stop().await?;
+    }
     let (browsers_gone, pods_gone) = ctx.observer.with(|s| (s.browser_gone, s.pod_gone));
     let cpu_end = op.cpu()?;
     let server_end = ctx.server_cpu()?;
@@ -1523,12 +1592,14 @@ async fn provision(ctx: &Ctx<'_>, op: &mut Operator) -> Result<(Run, Cost), Benc
     let metrics_end = op.metrics().await?;
     let audit_end = ctx.audit_mark()?;
 
-    let run = Run {
+    let mut run = Run {
         flow,
         rate: ctx.plan.rate,
         delete_browsers: browsers_gone.map(|t| t.saturating_duration_since(delete_start)),
         delete_pods: pods_gone.map(|t| t.saturating_duration_since(delete_start)),
         server_cpu_with_deletion: server_since(server_end, server_start),
+        waits: waits.unwrap_or_default(),
+        refused_pod_creates: None,
     };
     let ended = ctx.plan.session_end.is_some();
     let mut cost = Cost::from_metrics(op.flavour(), &metrics_running, &metrics_end);
@@ -1541,11 +1612,32 @@ async fn provision(ctx: &Ctx<'_>, op: &mut Operator) -> Result<(Run, Cost), Benc
         cost.writes_running.lifecycle = audit::counts(&audit.writes(start, running)?);
         cost.writes.lifecycle = audit::counts(&all);
         cost.duplicates = Some(audit::duplicates(&all, ended));
+        run.refused_pod_creates = Some(audit::refused_pod_creates(&all));
     }
     cost.cpu_delete = cpu_end.since(&cpu_running);
     cost.memory = op.memory()?;
     cost.collected = ctx.collector.as_ref().map(Collector::collected);
     Ok((run, cost))
+}
+
+/// Fair share's arrivals: the first wave at once, the second a moment after it.
+async fn arrive(
+    ctx: &Ctx<'_>,
+    owners: &Owners,
+    names: &[String],
+) -> Result<Vec<(Instant, Instant)>, BenchError> {
+    let n = names.len();
+    let labels: Vec<String> = (0..n).map(|i| owners.owner(owners.group(i, n))).collect();
+    let first = owners.first_wave(n);
+    let mut created = ctx
+        .create_browsers_of(&names[..first], Some(&labels[..first]), None)
+        .await?;
+    tokio::time::sleep(fair_share::SECOND_WAVE).await;
+    let second = ctx
+        .create_browsers_of(&names[first..], Some(&labels[first..]), None)
+        .await?;
+    created.extend(second);
+    Ok(created)
 }
 
 /// Waits until no reconcile runs and neither reconciles nor writes (Events are published
@@ -1589,6 +1681,7 @@ async fn idle(
     let mut model = None;
     for &size in &ctx.plan.idle {
         let all = names("idle-", 0..size);
+        let mut provisioned = None;
         if ctx.plan.prefill {
             if ctx.plan.flavour == Flavour::Go && model.is_none() {
                 let first = names("idle-", existing..existing + 1);
@@ -1610,6 +1703,7 @@ async fn idle(
             ctx.create_browsers(&more, None).await?;
             ctx.wait_running(&all, || op.check(), false).await?;
             settle(&mut op).await?;
+            provisioned = op.memory()?;
             op.stop().await?;
         }
         existing = size;
@@ -1675,6 +1769,7 @@ async fn idle(
             idle_reconciles: reconciles_end - reconciles_synced,
             idle_cpu: cpu_end.since(&cpu_synced),
             memory,
+            provisioned,
         });
     }
     // A control plane the benchmark started goes with them: deleting tens of thousands of

@@ -20,10 +20,19 @@
 //!    Browser `Running`, what the operator itself adds before a hub can connect.
 //!
 //! Each session is closed (`DELETE /session/{id}`) and its pod or Browser deleted outside the
-//! figures. One session of each kind goes first as a warm-up, outside the figures too. See
-//! docs/performance.md, "A real node".
+//! figures. One session of each kind goes first as a warm-up, outside the figures too.
+//!
+//! 3. **Capacity after a session ends** (`--handover-grace`): for each grace period, Browsers
+//!    created at once against a ResourceQuota of `--handover-slots` pods, each session closed
+//!    and its Browser deleted once it runs; how late each freed slot reaches the next Browser
+//!    in line (`handover`).
+//!
+//! See docs/performance.md, "A real node".
 
 use testkit as support;
+
+#[path = "session/handover.rs"]
+mod handover;
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -77,6 +86,16 @@ struct Args {
     /// Namespace of the benchmark's objects.
     #[arg(long, default_value = "session")]
     namespace: String,
+    /// Capacity after a session ends: one run per grace period in seconds, comma-separated
+    /// (none by default).
+    #[arg(long, value_delimiter = ',')]
+    handover_grace: Vec<u32>,
+    /// The ResourceQuota's pods in the --handover-grace runs.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
+    handover_slots: u32,
+    /// Browsers created at once in each --handover-grace run.
+    #[arg(long, default_value_t = 6, value_parser = clap::value_parser!(u32).range(1..))]
+    handover_sessions: u32,
     /// Passed by `cargo bench` to every bench binary: without it (under `cargo test`) the
     /// benchmark only says how to run it.
     #[arg(long, hide = true)]
@@ -245,13 +264,18 @@ async fn start_control_plane(assets: &Assets) -> Result<ControlPlane, BenchError
 /// The Chromium entry of the end-to-end suite's real-node scenario, with a sidecar that
 /// stops at once on SIGTERM and a short grace period: the pods of one slot go before its next
 /// session, outside the figures.
-fn config_spec() -> Value {
-    json!({
+/// With an entry for each grace period of `graces` ([`handover::entry`]).
+fn config_spec(graces: &[u32]) -> Value {
+    let mut spec = json!({
         "template": {"terminationGracePeriodSeconds": 2},
         "browsers": {"chrome": {"139.0": webdriver::chromium(
             "trap 'exit 0' TERM; while true; do sleep 1 & wait; done"
         )}},
-    })
+    });
+    for &grace in graces {
+        spec["browsers"]["chrome"][handover::version(grace)] = handover::entry(grace);
+    }
+    spec
 }
 
 /// The objects of the run: the BrowserConfig, a Browser as a hub creates it, and the pod the
@@ -262,12 +286,13 @@ fn fixture(
     ns: &str,
     browser_resource: &ApiResource,
     config_resource: &ApiResource,
+    graces: &[u32],
 ) -> Result<Fixture, BenchError> {
     let config = json!({
         "apiVersion": config_resource.api_version,
         "kind": config_resource.kind,
         "metadata": {"name": CONFIG_NAME, "namespace": ns},
-        "spec": config_spec(),
+        "spec": config_spec(graces),
     });
     let browser = json!({
         "apiVersion": browser_resource.api_version,
@@ -279,11 +304,13 @@ fn fixture(
         .map_err(|e| BenchError::Setup(format!("the Chromium Browser does not render: {e}")))
 }
 
-/// The first moment the benchmark's watches saw each object `Running` with an IP.
+/// The first moment the benchmark's watches saw each object `Running` with an IP, and each
+/// pod at all.
 #[derive(Default)]
 struct Seen {
     browsers: HashMap<String, (Instant, IpAddr)>,
     pods: HashMap<String, (Instant, IpAddr)>,
+    created: HashMap<String, Instant>,
 }
 
 #[derive(Clone, Copy)]
@@ -316,6 +343,10 @@ async fn watch(
             }
             watcher::Event::Init | watcher::Event::Delete(_) => continue,
         };
+        if let (Watched::Pods, Some(name)) = (what, &object.metadata.name) {
+            let mut seen = seen.lock().unwrap_or_else(PoisonError::into_inner);
+            seen.created.entry(name.clone()).or_insert(at);
+        }
         let status = &object.data["status"];
         let ip = status["podIP"]
             .as_str()
@@ -355,6 +386,7 @@ struct Bench {
     browsers: Api<DynamicObject>,
     pods: Api<DynamicObject>,
     configs: Api<DynamicObject>,
+    quotas: Api<DynamicObject>,
     fixture: Fixture,
     seen: Arc<Mutex<Seen>>,
     sessions: usize,
@@ -385,18 +417,7 @@ impl Bench {
             }
         }
         let deadline = sent + SESSION_LIMIT;
-        let (running, ip) = loop {
-            if let Some(found) = self.seen_running(phase, name) {
-                break found;
-            }
-            if Instant::now() >= deadline {
-                return Err(BenchError::Timeout {
-                    what: format!("{name} Running with an IP"),
-                    state: self.state(name).await,
-                });
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        };
+        let (running, ip) = self.until_running(phase, name, deadline).await?;
         let usable = open_and_close_session(ip, deadline).await?;
         let sample = Sample {
             running: running.saturating_duration_since(sent),
@@ -418,6 +439,12 @@ impl Bench {
                 "delete Browser",
             )?,
         }
+        self.gone(name).await?;
+        Ok(sample)
+    }
+
+    /// Waits until the Browser `name` and its pod are gone.
+    async fn gone(&self, name: &str) -> Result<(), BenchError> {
         let gone_by = Instant::now() + SESSION_LIMIT;
         loop {
             let browser = self
@@ -431,7 +458,7 @@ impl Bench {
                 .await
                 .map_err(api_error("read pod"))?;
             if browser.is_none() && pod.is_none() {
-                return Ok(sample);
+                return Ok(());
             }
             if Instant::now() >= gone_by {
                 return Err(BenchError::Timeout {
@@ -446,11 +473,38 @@ impl Bench {
     /// When the benchmark's watches first saw `name` `Running`, and its IP. The lock is held
     /// only here: the watches take it on the runtime's threads.
     fn seen_running(&self, phase: Phase, name: &str) -> Option<(Instant, IpAddr)> {
-        let seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        let seen = self.seen();
         match phase {
             Phase::Bare => seen.pods.get(name).copied(),
             Phase::Operator => seen.browsers.get(name).copied(),
         }
+    }
+
+    /// When the watches first saw `name` `Running`, and its IP, waiting for it until
+    /// `deadline`.
+    async fn until_running(
+        &self,
+        phase: Phase,
+        name: &str,
+        deadline: Instant,
+    ) -> Result<(Instant, IpAddr), BenchError> {
+        loop {
+            if let Some(found) = self.seen_running(phase, name) {
+                return Ok(found);
+            }
+            if Instant::now() >= deadline {
+                return Err(BenchError::Timeout {
+                    what: format!("{name} Running with an IP"),
+                    state: self.state(name).await,
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// What the watches saw; held briefly (the watches take it on the runtime's threads).
+    fn seen(&self) -> std::sync::MutexGuard<'_, Seen> {
+        self.seen.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The Browser's and the pod's status, for an error.
@@ -668,7 +722,12 @@ async fn bench(
         browsers: Api::namespaced_with(client.clone(), ns, &browser_ar),
         pods: Api::namespaced_with(client.clone(), ns, &pod_ar),
         configs: Api::namespaced_with(client.clone(), ns, &config_ar),
-        fixture: fixture(ns, &browser_ar, &config_ar)?,
+        quotas: Api::namespaced_with(
+            client.clone(),
+            ns,
+            &ApiResource::erase::<k8s_openapi::api::core::v1::ResourceQuota>(&()),
+        ),
+        fixture: fixture(ns, &browser_ar, &config_ar, &args.handover_grace)?,
         seen: Arc::new(Mutex::new(Seen::default())),
         sessions: args.sessions as usize,
         concurrency: args.concurrency as usize,
@@ -716,17 +775,29 @@ async fn bench(
             );
             bench.session(Phase::Operator, "warm-op").await?;
             let samples = bench.phase(Phase::Operator, "browser-").await?;
+            let mut handovers = Vec::new();
+            for &grace in &args.handover_grace {
+                println!(
+                    "capacity after a session ends: {} Browsers against a quota of {} pods, grace period {grace} s",
+                    args.handover_sessions, args.handover_slots
+                );
+                let slots = args.handover_slots as usize;
+                let run = bench.handover(grace, slots, args.handover_sessions as usize);
+                handovers.push(run.await?);
+                op.check()?;
+            }
             op.check()?;
-            Ok::<_, BenchError>(samples)
+            Ok::<_, BenchError>((samples, handovers))
         }
         .await;
         let stopped = op.stop().await;
-        let operator = operator?;
+        let (operator, handovers) = operator?;
         stopped?;
         Ok(Report {
             setup,
             bare,
             operator,
+            handovers,
         })
     }
     .await;
@@ -786,6 +857,7 @@ struct Report {
     setup: Setup,
     bare: Vec<Sample>,
     operator: Vec<Sample>,
+    handovers: Vec<handover::Handover>,
 }
 
 /// The summaries of one phase.
@@ -898,6 +970,25 @@ impl Report {
                 p50.0, p50.1, p99.0, p99.1
             );
         }
+        if !self.handovers.is_empty() {
+            out += "\ncapacity after a session ends (session's Browser deleted → the next in line's pod seen)\n\n";
+            out += "| grace period | quota | Browsers | p50 | max | all sessions done |\n|---|---|---|---|---|---|\n";
+            for h in &self.handovers {
+                let (p50, max) = h.handover.map_or(("–".into(), "–".into()), |s| {
+                    (
+                        format!("{:.1} s", secs(s.p50)),
+                        format!("{:.1} s", secs(s.max)),
+                    )
+                });
+                out += &format!(
+                    "| {} s | {} pods | {} | {p50} | {max} | {:.1} s |\n",
+                    h.grace,
+                    h.slots,
+                    h.sessions,
+                    secs(h.total)
+                );
+            }
+        }
         out
     }
 
@@ -933,6 +1024,13 @@ impl Report {
             "bare_pod": phase(&bare),
             "operator": phase(&op),
             "operator_share": share,
+            "capacity_after_a_session_ends": self.handovers.iter().map(|h| json!({
+                "grace_period_seconds": h.grace,
+                "quota_pods": h.slots,
+                "browsers": h.sessions,
+                "ended_to_next_pod": summary_json(h.handover),
+                "all_sessions_done_ms": h.total.as_secs_f64() * 1e3,
+            })).collect::<Vec<_>>(),
         })
     }
 }

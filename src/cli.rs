@@ -9,7 +9,9 @@ use std::time::Duration;
 use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
 
 use crate::api::crd::KubernetesVersion;
+use crate::api::keys;
 use crate::duration;
+use crate::names;
 use crate::pod::policy::{Fence, Policy};
 use crate::pod::security::Level;
 use crate::prepull::render::{DEFAULT_HELPER_IMAGE, DEFAULT_PAUSE_IMAGE, HelperImages};
@@ -283,6 +285,12 @@ pub struct RunArgs {
     #[arg(long, env = "QUEUE_TIMEOUT", default_value = "2m", value_parser = duration::parse)]
     pub queue_timeout: Duration,
 
+    /// The Browser label that names its owner: while Browsers wait in line for quota, owners
+    /// take turns, each owner's Browsers in their creation order; Browsers without the label
+    /// share one owner. The Selenosis hub sets `selenosis.io/owner` with Basic auth on.
+    #[arg(long, env = "FAIR_SHARE_LABEL", default_value = keys::LABEL_OWNER, value_parser = label_key)]
+    pub fair_share_label: String,
+
     /// Keep a Failed Browser visible this long before deleting it (`0`: delete on the next reconcile).
     #[arg(long, env = "FAILED_BROWSER_RETENTION", default_value = "0", value_parser = duration::parse)]
     pub failed_browser_retention: Duration,
@@ -334,6 +342,13 @@ const LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"];
 /// Checks `--log-level`: a level, or a tracing filter whose every part is a level or a
 /// `target=level` directive. A bare word that is no level (`verbose`, `warning`) would be
 /// read by the filter as a target name and silence every log line, so it is refused.
+/// A label key, as Kubernetes takes it.
+fn label_key(input: &str) -> Result<String, String> {
+    names::check_label_key(input)
+        .map(|()| input.to_string())
+        .map_err(|why| format!("invalid label key {input:?}: {why}"))
+}
+
 pub fn parse_log_level(input: &str) -> Result<String, String> {
     let s = input.trim();
     let expected = "expected one of trace, debug, info, warn, error, off, or a filter such as info,browser_controller=debug";

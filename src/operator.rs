@@ -22,6 +22,7 @@ use crate::controller::discovery::{self, DiscoveryError};
 use crate::controller::openapi::PodSchemas;
 use crate::controller::{self, Shared, SharedParts};
 use crate::leader::{Election, LeaderError, LostLease, Role};
+use crate::lifecycle::capacity;
 use crate::lifecycle::plan::Settings;
 use crate::link::error::{self as api_error, describe};
 use crate::link::{self, Link};
@@ -314,6 +315,7 @@ async fn reach_once(
 /// `None`). Not ready meanwhile; each failed attempt is logged.
 async fn reach(
     client: &Client,
+    link: &Link,
     args: &RunArgs,
     election: Option<&Election>,
     stop: Stop,
@@ -343,6 +345,7 @@ async fn reach(
             Next::GiveUp => return Err(error),
             Next::RetryIn(delay) => {
                 warn!(
+                    server = link.server(),
                     error = %error,
                     retry_in = %crate::duration::format(delay),
                     "the API server is not answering yet: waiting for it (--startup-timeout)"
@@ -439,11 +442,22 @@ async fn serve(
     started: Arc<OnceLock<Arc<Shared>>>,
     stop: Stop,
 ) -> Result<(), RunError> {
-    let Some(kinds) = reach(&client, args, election.as_ref(), stop.clone()).await? else {
+    let Some(kinds) = reach(&client, &link, args, election.as_ref(), stop.clone()).await? else {
         info!("stopped while waiting for the API server");
         return Ok(());
     };
-    info!(browser = %kinds.browser.api_version, browserconfig = %kinds.browserconfig.api_version, "resolved kinds");
+    let namespaces = match args.namespaces.as_slice() {
+        [] => "all".to_string(),
+        namespaces => namespaces.join(","),
+    };
+    info!(
+        version = env!("CARGO_PKG_VERSION"),
+        server = link.server(),
+        browser = %kinds.browser.api_version,
+        browserconfig = %kinds.browserconfig.api_version,
+        namespaces,
+        "started"
+    );
     // Discovery answered: from here on the link is watched.
     let probe = tokio::spawn(link.clone().probe(
         client.clone(),
@@ -478,6 +492,8 @@ async fn shared(
     args: &RunArgs,
     metrics: Arc<Metrics>,
 ) -> (Arc<Shared>, Recorder) {
+    // Before any Browser is cached: the caches keep each one's owner apart.
+    capacity::set_owner_label(&args.fair_share_label);
     let instance = std::env::var("POD_NAME")
         .or_else(|_| std::env::var("HOSTNAME"))
         .unwrap_or_else(|_| "browser-controller".into());

@@ -183,7 +183,12 @@ pub fn required(kinds: &Kinds, namespaces: &[String]) -> Vec<Access> {
         out.extend(access(browser, Some("status"), &["patch"], ns));
         // A pod's owner reference with blockOwnerDeletion needs update on the finalizers.
         out.extend(access(browser, Some("finalizers"), &["update"], ns));
-        out.extend(access(&kinds.browserconfig, None, &["list", "watch"], ns));
+        out.extend(access(
+            &kinds.browserconfig,
+            None,
+            &["list", "watch", "patch"],
+            ns,
+        ));
         out.extend(access(&kinds.browserconfig, Some("status"), &["patch"], ns));
         // Server-side apply: an apply that creates is authorized as a patch and a create.
         out.extend(access(
@@ -350,6 +355,7 @@ mod tests {
                 "update browsers.selenosis.io/finalizers in all namespaces",
                 "list browserconfigs.selenosis.io in all namespaces",
                 "watch browserconfigs.selenosis.io in all namespaces",
+                "patch browserconfigs.selenosis.io in all namespaces",
                 "patch browserconfigs.selenosis.io/status in all namespaces",
                 "get pods in all namespaces",
                 "list pods in all namespaces",

@@ -1,7 +1,10 @@
 //! The provisioning benchmark's pure helpers — percentiles, metrics text, `/proc` lines,
-//! request naming, duplicate writes, targets — tested here because a `harness = false` bench
+//! request naming, duplicate writes, targets, fair share's owners — tested here because a `harness = false` bench
 //! runs no tests itself.
 
+#[allow(dead_code)]
+#[path = "../benches/provision/fair_share.rs"]
+mod fair_share;
 #[allow(dead_code)]
 #[path = "../benches/provision/measure.rs"]
 mod measure;
@@ -15,6 +18,7 @@ mod targets;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use fair_share::Owners;
 use http::{Method, Uri};
 use measure::{samples, stat_cpu, status_memory, sum, summarize};
 use requests::{RequestLog, Step, classify};
@@ -356,4 +360,39 @@ fn steady_rate_targets_are_absolute_and_unmeasured_ones_have_no_verdict() {
     assert_eq!(of("peak RSS, restart over 5000"), None);
     assert_eq!(of("peak RSS, restart over 50000"), Some(true));
     assert_eq!(of("ready after a restart over 50000"), Some(true));
+}
+
+#[test]
+fn fair_share_gives_owner_0_the_first_half_and_the_other_owners_the_second_in_turn() {
+    let owners = Owners {
+        groups: 3,
+        single: false,
+    };
+    let groups: Vec<usize> = (0..8).map(|i| owners.group(i, 8)).collect();
+    assert_eq!(groups, [0, 0, 0, 0, 1, 2, 1, 2]);
+    assert_eq!(owners.first_wave(8), 4);
+    assert_eq!(owners.owner(2), "owner-2");
+    let single = Owners {
+        single: true,
+        ..owners
+    };
+    assert_eq!(single.owner(2), "owner-0", "the same groups, one owner");
+    // Each group's waits, create sent -> seen Running; one never ran.
+    let t0 = tokio::time::Instant::now();
+    let ms = |n: u64| Duration::from_millis(n);
+    let sent = [t0, t0, t0 + ms(1000), t0 + ms(1000)];
+    let running = [
+        Some(t0 + ms(10)),
+        Some(t0 + ms(30)),
+        Some(t0 + ms(1005)),
+        None,
+    ];
+    let waits = fair_share::waits(&owners, &[0, 0, 1, 2], &sent, &running);
+    let of = |g: usize| {
+        let w = &waits[g];
+        (w.browsers, w.wait.as_ref().map(|s| (s.count, s.max)))
+    };
+    assert_eq!(of(0), (2, Some((2, ms(30)))));
+    assert_eq!(of(1), (1, Some((1, ms(5)))));
+    assert_eq!(of(2), (1, None));
 }

@@ -46,8 +46,9 @@ const FLAG_PAGES: [&str; 7] = [
 ];
 
 /// Programs whose flags the docs quote in commands; their flags are not the operator's.
-const OTHER_PROGRAMS: [&str; 12] = [
+const OTHER_PROGRAMS: [&str; 13] = [
     "kubectl",
+    "geckodriver",
     "etcd",
     "stress-ng",
     "cargo",

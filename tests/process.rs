@@ -68,7 +68,7 @@ async fn spawn_probed(server: &ApiServer, tag: &str) -> Probed {
             "--metrics-addr=0",
             &format!("--health-probe-bind-address=127.0.0.1:{health}"),
             "--log-format=json",
-            "--log-level=warn",
+            "--log-level=info",
         ],
     );
     Probed {
@@ -401,6 +401,7 @@ async fn an_api_server_away_at_start_up_is_waited_for_alive_and_not_ready() {
         _served,
         _dir,
     } = spawn_probed(&server, "away-at-start").await;
+    let url = _served.url();
     let log = log_path.clone();
     let waiting = tokio::task::spawn_blocking(move || {
         until_start_up_waits(&log);
@@ -428,4 +429,35 @@ async fn an_api_server_away_at_start_up_is_waited_for_alive_and_not_ready() {
         .expect("a warning per failed attempt");
     let error = warning["fields"]["error"].as_str().unwrap_or_default();
     assert!(error.contains("503"), "{warning}");
+    // Each waiting line names the server waited for; once it answers, one line says what the
+    // operator runs with.
+    let server = warning["fields"]["server"].as_str().unwrap_or_default();
+    assert!(server.starts_with(&url), "{server} is not {url}: {warning}");
+    let started = stderr
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|r| r["fields"]["message"] == "started")
+        .expect("the start-up line");
+    let fields = &started["fields"];
+    assert_eq!(fields["version"], env!("CARGO_PKG_VERSION"), "{started}");
+    assert!(
+        fields["server"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with(&url),
+        "{started}"
+    );
+    assert_eq!(
+        (
+            &fields["browser"],
+            &fields["browserconfig"],
+            &fields["namespaces"]
+        ),
+        (
+            &serde_json::json!("selenosis.io/v1"),
+            &serde_json::json!("selenosis.io/v1"),
+            &serde_json::json!("all")
+        ),
+        "{started}"
+    );
 }

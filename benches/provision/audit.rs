@@ -34,6 +34,8 @@ pub struct Mark(u64);
 pub struct Write {
     pub key: String,
     pub object: String,
+    /// The answer's HTTP status.
+    pub code: u16,
 }
 
 /// Lets the operator process act as a user of its own on `plane`: ours as the ServiceAccount
@@ -130,6 +132,10 @@ impl Audit {
                 Write {
                     key: format!("{} {resource}", text(&event["verb"])),
                     object: format!("{}/{}", text(&target["namespace"]), text(&target["name"])),
+                    code: event["responseStatus"]["code"]
+                        .as_u64()
+                        .and_then(|c| u16::try_from(c).ok())
+                        .unwrap_or_default(),
                 }
             })
             .collect())
@@ -143,6 +149,14 @@ pub fn counts(writes: &[Write]) -> BTreeMap<String, f64> {
         *counts.entry(w.key.clone()).or_default() += 1.0;
     }
     counts
+}
+
+/// Pod creates (or applies) the API server refused as forbidden: a full quota's answer.
+pub fn refused_pod_creates(writes: &[Write]) -> u64 {
+    let creates = writes
+        .iter()
+        .filter(|w| w.key == "create pods" || w.key == "patch pods");
+    creates.filter(|w| w.code == 403).count() as u64
 }
 
 /// Writes to single objects beyond what a session needs ([`needed`]), by `verb resource`.

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use crate::fair_share::{self, GroupWait, Owners};
 use crate::flavour::Flavour;
 use crate::measure::{self, Cpu, Memory, ServerCpu};
 use crate::requests;
@@ -25,6 +26,10 @@ pub struct Setup {
     pub max_workers: Option<u16>,
     /// Mixed load: the operator run's sessions end this long after their pod runs.
     pub session_end: Option<Duration>,
+    /// The operator run's ResourceQuota of pods, if it had one.
+    pub quota: Option<usize>,
+    /// Fair share: the owners of the operator run's Browsers.
+    pub owners: Option<Owners>,
     /// The operator ran before the ideal client.
     pub operator_first: bool,
     /// An unmeasured phase of the ideal client ran before the measured ones.
@@ -131,6 +136,10 @@ pub struct Run {
     pub delete_pods: Option<Duration>,
     /// CPU of kube-apiserver and etcd from the first create to the last object gone.
     pub server_cpu_with_deletion: Option<ServerCpu>,
+    /// Fair share: each group's waits (empty without --owners).
+    pub waits: Vec<GroupWait>,
+    /// The operator's pod creates the API server refused (a full quota), from the audit log.
+    pub refused_pod_creates: Option<u64>,
 }
 
 /// The operator's API writes from its `api_writes_total` counter.
@@ -290,6 +299,9 @@ pub struct Idle {
     pub idle_reconciles: f64,
     pub idle_cpu: Cpu,
     pub memory: IdleMemory,
+    /// The operator process's memory once it had provisioned these Browsers itself (all at
+    /// once, without `--prefill`), its peak since it started: what a burst of them costs.
+    pub provisioned: Option<Memory>,
 }
 
 pub struct Report {
@@ -493,6 +505,25 @@ impl Report {
             );
         }
 
+        if let Some(quota) = s.quota {
+            let owners = match s.owners {
+                None => String::new(),
+                Some(o) if o.single => format!(
+                    "; half the Browsers at once, the rest {} s later, all of one owner",
+                    fair_share::SECOND_WAVE.as_secs()
+                ),
+                Some(o) => format!(
+                    "; owner 0's half at once, {} s later owners 1 to {} in turn",
+                    fair_share::SECOND_WAVE.as_secs(),
+                    o.groups - 1
+                ),
+            };
+            let _ = writeln!(
+                out,
+                "  quota         the operator run under a ResourceQuota of {quota} pods{owners}"
+            );
+        }
+
         // The comparison: bare pods, the ideal client and the operator side by side.
         let _ = writeln!(
             out,
@@ -672,6 +703,8 @@ impl Report {
             let _ = writeln!(out, "  ({} Browsers without a pod seen)", n - op.pods_seen);
         }
 
+        self.waits_table(&mut out);
+
         let gone = |d: Option<Duration>| d.map_or("-".to_string(), |d| format!("{} ms", fmt_ms(d)));
         let _ = writeln!(
             out,
@@ -792,6 +825,28 @@ impl Report {
         out
     }
 
+    /// Fair share: each group's wait, and the refused creates.
+    fn waits_table(&self, out: &mut String) {
+        if self.run.waits.is_empty() {
+            return;
+        }
+        let _ = writeln!(
+            out,
+            "\n{:<52}{:>9}{:>9}{:>9}{:>9}{:>7}",
+            "wait by group: created -> Running (ms)", "p50", "p90", "p99", "max", "n"
+        );
+        for w in &self.run.waits {
+            let name = format!("group {} ({} Browsers of {})", w.group, w.browsers, w.owner);
+            summary_row(out, &name, &w.wait);
+        }
+        if let Some(refused) = self.run.refused_pod_creates {
+            let _ = writeln!(
+                out,
+                "  pod creates refused by the quota: {refused} (audit log)"
+            );
+        }
+    }
+
     fn idle_table(&self, out: &mut String) {
         let in_process = matches!(
             self.idle.first().map(|i| &i.memory),
@@ -875,6 +930,17 @@ impl Report {
                     idle_op,
                 ),
             };
+        }
+        for i in &self.idle {
+            if let Some(m) = &i.provisioned {
+                let _ = writeln!(
+                    out,
+                    "  N={}: the operator that provisioned them (all at once): RSS {:.1} MiB, peak {:.1} MiB since its start",
+                    i.browsers,
+                    mib(m.rss as f64),
+                    mib(m.peak as f64)
+                );
+            }
         }
         for pair in self.idle.windows(2) {
             let (a, b) = (&pair[0], &pair[1]);
@@ -972,6 +1038,8 @@ impl Report {
                 "kubelet_step_delay_ms": ms(s.step_delay),
                 "operator_max_workers": s.max_workers,
                 "session_end_ms": s.session_end.map(ms),
+                "quota_pods": s.quota,
+                "owners": s.owners.map(|o| json!({"groups": o.groups, "single_owner": o.single})),
                 "operator_first": s.operator_first,
                 "warm_phase": s.warm_phase,
                 "worker_threads": s.threads,
@@ -999,6 +1067,11 @@ impl Report {
                     "to_zero_pods_ms": r.delete_pods.map(ms),
                 },
                 "server_cpu_with_deletion": server_json(&r.server_cpu_with_deletion),
+                "waits_by_group": r.waits.iter().map(|w| json!({
+                    "group": w.group, "owner": w.owner, "browsers": w.browsers,
+                    "created_to_running": summary_json(&w.wait),
+                })).collect::<Vec<_>>(),
+                "refused_pod_creates": r.refused_pod_creates,
                 "server_cpu_per_browser_with_deletion": server_json(&r.server_cpu_with_deletion.map(|c| per_object(&c, op.browsers))),
             },
             "ratios": {
@@ -1171,6 +1244,12 @@ fn idle_json(i: &Idle) -> Value {
     });
     if let (Some(v), Value::Object(m)) = (value.as_object_mut(), memory) {
         v.extend(m);
+    }
+    if let (Some(v), Some(m)) = (value.as_object_mut(), &i.provisioned) {
+        v.insert(
+            "provisioning_process_rss_bytes".into(),
+            json!({"rss": m.rss, "peak_since_start": m.peak}),
+        );
     }
     value
 }

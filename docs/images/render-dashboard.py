@@ -50,7 +50,7 @@ MAIN_PANELS = [
     "Browsers started per minute",
     "Browsers ended by outcome",
     "API writes by verb and resource",
-    "Reconcile queue: reconciles in flight",
+    "Work queue: reconciles in flight",
     "Reconciles and errors",
     "Reconcile duration",
 ]

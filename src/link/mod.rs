@@ -47,6 +47,8 @@ pub struct LinkState {
 #[derive(Clone)]
 pub struct Link {
     state: Arc<watch::Sender<LinkState>>,
+    /// The API server's address, once a client for it was made: logs name it.
+    server: Arc<std::sync::OnceLock<String>>,
 }
 
 impl Default for Link {
@@ -64,7 +66,13 @@ impl Link {
                 epoch: 0,
                 regained: None,
             })),
+            server: Arc::default(),
         }
+    }
+
+    /// The API server's address (`the API server` for a client made elsewhere).
+    pub fn server(&self) -> &str {
+        self.server.get().map_or("the API server", String::as_str)
     }
 
     pub fn state(&self) -> LinkState {
@@ -103,6 +111,7 @@ impl Link {
     /// watch or a reconcile long after the server is back; the operator retries on its own
     /// terms: a watch backoff of a few seconds and per-Browser requeues).
     pub fn client(&self, mut config: Config) -> Result<Client, kube::Error> {
+        let _ = self.server.set(config.cluster_url.to_string());
         config.default_retry = false;
         if config.proxy_url.is_some() {
             // kube's own stack serves (or refuses) a proxy; the epochs still apply.

@@ -70,19 +70,30 @@ fn browser_counts<'a>(
 fn queue_counts<'a>(
     browsers: impl IntoIterator<Item = &'a CachedBrowser>,
     now: Timestamp,
-) -> (BTreeMap<String, i64>, BTreeMap<String, i64>) {
-    let (mut queued, mut oldest) = (BTreeMap::new(), BTreeMap::new());
+) -> BTreeMap<String, Waiting<'a>> {
+    let mut waiting: BTreeMap<String, Waiting> = BTreeMap::new();
     for browser in browsers {
         let Some(since) = browser.queued_since() else {
             continue;
         };
         let ns = browser.metadata.namespace.clone().unwrap_or_default();
         let waited = now.duration_since(since).as_secs().max(0);
-        *queued.entry(ns.clone()).or_insert(0) += 1;
-        let longest = oldest.entry(ns).or_insert(0);
-        *longest = waited.max(*longest);
+        let of_ns = waiting.entry(ns).or_default();
+        of_ns.browsers += 1;
+        of_ns.longest = waited.max(of_ns.longest);
+        of_ns.owners.insert(browser.owner());
     }
-    (queued, oldest)
+    waiting
+}
+
+/// Who waits in one namespace's line for quota.
+#[derive(Debug, Default)]
+struct Waiting<'a> {
+    browsers: i64,
+    /// The longest wait, whole seconds.
+    longest: i64,
+    /// Their owners (`None`: Browsers without the owner label).
+    owners: std::collections::BTreeSet<Option<&'a str>>,
 }
 
 /// What one namespace's BrowserConfigs offer.
@@ -265,18 +276,30 @@ fn encode_browsers(
         "Browsers in the watch cache by namespace, browser, version and phase (phase None: not yet handled).",
         counts.iter().map(|(labels, n)| (labels.clone(), *n)),
     )?;
-    let (queued, oldest) = queue_counts(browsers.iter().map(AsRef::as_ref), Timestamp::now());
+    let waiting = queue_counts(browsers.iter().map(AsRef::as_ref), Timestamp::now());
     encode_gauges(
         encoder,
         "browsers_queued",
         "Browsers waiting in line for quota (status reason Queued), by namespace.",
-        queued.iter().map(|(ns, n)| (namespace_labels(ns), *n)),
+        waiting
+            .iter()
+            .map(|(ns, w)| (namespace_labels(ns), w.browsers)),
     )?;
     encode_gauges(
         encoder,
         "queue_oldest_wait_seconds",
         "How long the Browser waiting longest in the namespace's line has waited (whole seconds).",
-        oldest.iter().map(|(ns, s)| (namespace_labels(ns), *s)),
+        waiting
+            .iter()
+            .map(|(ns, w)| (namespace_labels(ns), w.longest)),
+    )?;
+    encode_gauges(
+        encoder,
+        "queue_owners",
+        "Owners with Browsers waiting in the namespace's line (--fair-share-label; Browsers without it count as one owner).",
+        waiting
+            .iter()
+            .map(|(ns, w)| (namespace_labels(ns), w.owners.len() as i64)),
     )
 }
 

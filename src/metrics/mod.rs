@@ -154,13 +154,15 @@ pub enum ApiWrite {
     PatchBrowser,
     DeleteBrowser,
     ApplyConfigStatus,
+    /// The release of the Go controller's finalizer from a deleted BrowserConfig.
+    PatchBrowserConfig,
     ApplyDaemonSet,
     DeleteDaemonSet,
     CreateEvent,
 }
 
 impl ApiWrite {
-    pub const ALL: [ApiWrite; 11] = [
+    pub const ALL: [ApiWrite; 12] = [
         ApiWrite::ApplyPod,
         ApiWrite::DryRunPod,
         ApiWrite::DeletePod,
@@ -169,6 +171,7 @@ impl ApiWrite {
         ApiWrite::PatchBrowser,
         ApiWrite::DeleteBrowser,
         ApiWrite::ApplyConfigStatus,
+        ApiWrite::PatchBrowserConfig,
         ApiWrite::ApplyDaemonSet,
         ApiWrite::DeleteDaemonSet,
         ApiWrite::CreateEvent,
@@ -184,6 +187,7 @@ impl ApiWrite {
             ApiWrite::PatchBrowser => ("patch", "browsers"),
             ApiWrite::DeleteBrowser => ("delete", "browsers"),
             ApiWrite::ApplyConfigStatus => ("apply", "browserconfigs/status"),
+            ApiWrite::PatchBrowserConfig => ("patch", "browserconfigs"),
             ApiWrite::ApplyDaemonSet => ("apply", "daemonsets"),
             ApiWrite::DeleteDaemonSet => ("delete", "daemonsets"),
             ApiWrite::CreateEvent => ("create", "events"),

@@ -599,3 +599,58 @@ pub(crate) async fn objects_from_other_clients_reconcile_or_fail_clearly_without
     cx.delete_everything().await;
     cx.stop_operator().await;
 }
+
+/// The Go controller puts its finalizer on every BrowserConfig it sees and only it would take
+/// it off: after a switch, a config deleted would stay `Terminating` for ever and its name
+/// could not be used again. The operator releases it from configs being deleted (never from
+/// live ones) and leaves other finalizers alone.
+pub(crate) async fn a_deleted_browser_config_the_go_controller_held_goes_and_its_name_is_free(
+    cx: Arc<Ctx>,
+) {
+    let go_finalizer = "browserconfig.selenosis.io/finalizer";
+    let config = |finalizers: Value| json!({"metadata": {"name": "go-era", "finalizers": finalizers}, "spec": cx.chrome_spec()});
+    let configs = cx.api(&config_resource(cx.layout));
+    cx.create(&config_resource(cx.layout), config(json!([go_finalizer])))
+        .await;
+    cx.start_operator(&[]);
+    cx.until_config("go-era", "Valid", "True").await;
+    let live = configs.get("go-era").await.expect("the config");
+    assert_eq!(
+        live.metadata.finalizers.as_deref(),
+        Some(&[go_finalizer.to_string()][..]),
+        "a live config keeps it"
+    );
+    configs
+        .delete("go-era", &DeleteParams::default())
+        .await
+        .expect("config deleted");
+    cx.until_object_gone(&configs, "go-era").await;
+    // The name is free again.
+    cx.create(
+        &config_resource(cx.layout),
+        config(json!(["example.com/other"])),
+    )
+    .await;
+    cx.until_config("go-era", "Valid", "True").await;
+    configs
+        .delete("go-era", &DeleteParams::default())
+        .await
+        .expect("config deleted");
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let held = configs
+        .get("go-era")
+        .await
+        .expect("another controller's finalizer holds it");
+    assert!(held.metadata.deletion_timestamp.is_some());
+    // Release it as that controller would, and the config goes.
+    configs
+        .patch(
+            "go-era",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .expect("finalizer removed");
+    cx.until_object_gone(&configs, "go-era").await;
+    cx.stop_operator().await;
+}

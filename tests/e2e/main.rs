@@ -25,7 +25,8 @@
 //! (SIGKILL, API server outages), `config`
 //! (configs and the Pod schema), `upgrades` (older CRD sets, both layouts), `rbac` (scope),
 //! `metrics` (the operator's `/metrics`), `compat` (the Go controller's leftovers, other
-//! clients' objects, both layouts), `faults` (what only a double sets up or sees; most of
+//! clients' objects, both layouts), `switch` (a live switch from the Go controller and back,
+//! with the real stack), `faults` (what only a double sets up or sees; most of
 //! them `own_double`), `prepull`, `kubectl`, and `install` (the operator's image on the real
 //! node, from `deploy/` and the chart). They see the private items of this file, as child modules do.
 
@@ -46,6 +47,7 @@ mod queue;
 mod rbac;
 mod restarts;
 mod stack;
+mod switch;
 use testkit as support;
 mod upgrades;
 
@@ -72,7 +74,7 @@ use support::images;
 use support::kinds::{browser_resource, config_resource, pod_resource};
 use support::kubelet::{Kubelet, KubeletConfig, KubeletHandle, Script};
 use support::node::{self as real_node, Node, NodeAssets};
-use support::stack::{Stack, StackAssets};
+use support::stack::{Stack, StackAssets, StackSet};
 
 const BIN: &str = env!("CARGO_BIN_EXE_browser-controller");
 /// Longest wait for one condition.
@@ -123,8 +125,11 @@ struct Backend {
     double: Option<(ApiServer, ServeHandle)>,
     plane: Option<ControlPlane>,
     node: Option<Node>,
-    /// The Selenosis stack's binaries, on a real node where `E2E_STACK_ASSETS` names them.
-    stack: Option<StackAssets>,
+    /// The Selenosis stack's sets of binaries, on a real node where `E2E_STACK_ASSETS` and
+    /// `E2E_STACK_SPLIT_ASSETS` name them.
+    stacks: Vec<StackAssets>,
+    /// The real node has the Firefox image (`E2E_GECKODRIVER`).
+    firefox: bool,
     image: String,
     /// The operator's own image, imported on the real node ([`images::operator`]), where a
     /// static build of it was found.
@@ -228,18 +233,24 @@ impl Backend {
             double: Some((server, served)),
             plane: None,
             node: None,
-            stack: None,
+            stacks: Vec::new(),
+            firefox: false,
             image: "selenium/standalone-chrome:139.0".to_string(),
             operator_image: None,
         }
     }
 
+    /// The stack's set a scenario of `layout` runs with, where given.
+    fn stack(&self, layout: Layout) -> Option<&StackAssets> {
+        self.stacks.iter().find(|a| a.set == stack_set(layout))
+    }
+
     /// A control plane from `assets` with a real node from `node` running the pods, and the
-    /// seleniferous image of `stack` imported there.
+    /// seleniferous image of each set of `stacks` imported there.
     async fn node(
         assets: &Assets,
         node: &NodeAssets,
-        stack: Option<StackAssets>,
+        stacks: Vec<StackAssets>,
     ) -> Result<Self, String> {
         let images = images::build(&images::cache_dir()).map_err(|e| e.to_string())?;
         let mut be = Self::control_plane_with(
@@ -254,7 +265,11 @@ impl Backend {
         let started = Node::start(node, plane, &images)
             .await
             .map_err(|e| e.to_string())?;
-        if let Some(stack) = &stack {
+        if let Some(firefox) = images::firefox(&images::cache_dir()).map_err(|e| e.to_string())? {
+            started.import(&firefox).map_err(|e| e.to_string())?;
+            be.firefox = true;
+        }
+        for stack in &stacks {
             let image = support::stack::seleniferous_image(stack, &images::cache_dir())
                 .map_err(|e| e.to_string())?;
             started.import(&image).map_err(|e| e.to_string())?;
@@ -276,7 +291,7 @@ impl Backend {
             ),
         }
         be.node = Some(started);
-        be.stack = stack;
+        be.stacks = stacks;
         be.kind = Kind::Node;
         be.image = images::BUSYBOX.to_string();
         Ok(be)
@@ -319,7 +334,8 @@ impl Backend {
             double: None,
             plane: Some(plane),
             node: None,
-            stack: None,
+            stacks: Vec::new(),
+            firefox: false,
             image: "selenium/standalone-chrome:139.0".to_string(),
             operator_image: None,
         })
@@ -342,7 +358,8 @@ impl Backend {
             double: None,
             plane: None,
             node: None,
-            stack: None,
+            stacks: Vec::new(),
+            firefox: false,
             image: std::env::var("E2E_IMAGE").unwrap_or_else(|_| DEFAULT_CLUSTER_IMAGE.into()),
             operator_image: None,
         })
@@ -621,9 +638,16 @@ impl Ctx {
         process: &Process,
         flags: &[&str],
     ) -> Child {
-        let Some(go) = &self.go else {
-            return self.spawn_operator(kubeconfig, process, flags);
-        };
+        match &self.go {
+            Some(go) => self.spawn_go_controller(go, process),
+            None => self.spawn_operator(kubeconfig, process, flags),
+        }
+    }
+
+    /// The Go browser-controller `go` as `process` says, with the admin's identity (its own
+    /// RBAC lacks pods) and its fixed timeouts, logging into the scenario's log; the caller
+    /// owns it. It watches every namespace.
+    fn spawn_go_controller(&self, go: &Path, process: &Process) -> Child {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -645,13 +669,14 @@ impl Ctx {
             .expect("the Go browser-controller starts")
     }
 
-    /// browser-service of the Selenosis stack, with the admin's identity.
+    /// browser-service of the scenario's set of the Selenosis stack (by its layout), with the
+    /// admin's identity.
     fn stack(&self) -> Stack {
         let assets = self
             .be
-            .stack
-            .clone()
-            .expect("a stack scenario runs where E2E_STACK_ASSETS is set");
+            .stack(self.layout)
+            .cloned()
+            .expect("a stack scenario runs where its set is given");
         Stack::start(
             assets,
             &self.be.admin_kubeconfig,
@@ -1036,6 +1061,21 @@ impl Ctx {
         })
     }
 
+    /// Waits until `api` has no object `name`.
+    async fn until_object_gone(&self, api: &Api<DynamicObject>, name: &str) {
+        poll(WAIT, Duration::from_millis(100), || async {
+            match api.get_opt(name).await {
+                Ok(None) => Ok(()),
+                Ok(Some(o)) => Err(format!(
+                    "{name} still there, finalizers {:?}",
+                    o.metadata.finalizers
+                )),
+                Err(e) => Err(format!("{name}: {e}")),
+            }
+        })
+        .await
+    }
+
     async fn chrome_config(&self) {
         self.create_config("chrome", self.chrome_spec()).await;
     }
@@ -1089,8 +1129,18 @@ impl Ctx {
     }
 
     async fn create_browser(&self, name: &str, annotations: Value) {
+        self.create_browser_of(name, Some("hub"), annotations).await;
+    }
+
+    /// Creates the Browser `name` of `owner` (its `selenosis.io/owner` label, as the hub sets
+    /// it with Basic auth on; none for `None`).
+    async fn create_browser_of(&self, name: &str, owner: Option<&str>, annotations: Value) {
+        let labels = match owner {
+            Some(owner) => json!({"selenosis.io/owner": owner}),
+            None => json!({}),
+        };
         let browser = json!({
-            "metadata": {"name": name, "labels": {"selenosis.io/owner": "hub"}, "annotations": annotations},
+            "metadata": {"name": name, "labels": labels, "annotations": annotations},
             "spec": {"browserName": "chrome", "browserVersion": "139.0"},
         });
         self.create(&browser_resource(self.layout), browser).await;
@@ -1422,7 +1472,9 @@ struct Scenario {
     alone: bool,
     /// Needs a real node: runs there only, and only such scenarios run there.
     node: bool,
-    /// Needs the Selenosis stack (`E2E_STACK_ASSETS`) beside the real node.
+    /// Needs the Selenosis stack beside the real node: the single-group set
+    /// (`E2E_STACK_ASSETS`), or the split-group set (`E2E_STACK_SPLIT_ASSETS`) for a scenario
+    /// of that layout.
     stack: bool,
     /// Installs the operator as its users do, as pods of its own image on the real node.
     installed: bool,
@@ -1433,6 +1485,12 @@ struct Scenario {
     /// where `E2E_GO_CONTROLLER` is set (a parity report); alone, as the Go controller watches
     /// every namespace.
     parity: bool,
+    /// Runs the Go browser-controller itself (`E2E_GO_CONTROLLER`) beside this operator.
+    go: bool,
+    /// Needs browser-ui in its set of the stack.
+    ui: bool,
+    /// Needs the Firefox image (`E2E_GECKODRIVER`).
+    firefox: bool,
     /// Changes what the whole API server does (faults, watches, availability, its Pod
     /// schema) or counts its every request: runs on a double of its own, made by this
     /// function, beside the double's other scenarios, and on no other backend.
@@ -1457,8 +1515,22 @@ macro_rules! scenario {
             installed: false,
             namespace: None,
             parity: false,
+            go: false,
+            ui: false,
+            firefox: false,
             own_double: None,
             run: |cx| Box::pin($m::$f(cx)),
+        }
+    };
+}
+
+/// A stack scenario again with the split-group set (the selenosis Helm chart 2.x's layout),
+/// named `split_<name>`.
+macro_rules! split_stack_scenario {
+    ($m:ident :: $f:ident) => {
+        Scenario {
+            name: concat!("split_", stringify!($f)),
+            ..stack_scenario(scenario!($m::$f, false, Layout::SplitGroups))
         }
     };
 }
@@ -1491,6 +1563,10 @@ fn scenarios() -> Vec<Scenario> {
         scenario!(queue::a_full_quota_queues_browsers_and_admits_them_in_creation_order,
             true
         ),
+        Scenario {
+            alone: true,
+            ..scenario!(queue::owners_take_turns_for_a_full_quota_each_in_creation_order, true)
+        },
         scenario!(lifecycle::pod_create_invalid_fails_with_invalid_pod_spec, false),
         scenario!(lifecycle::pending_too_long_is_force_deleted_with_pod_creation_timeout,
             true
@@ -1523,6 +1599,9 @@ fn scenarios() -> Vec<Scenario> {
             Layout::SplitGroups
         ),
         scenario!(compat::a_go_era_browser_already_failed_is_completed, true),
+        scenario!(compat::a_deleted_browser_config_the_go_controller_held_goes_and_its_name_is_free,
+            true
+        ),
         scenario!(compat::a_go_era_browser_being_deleted_is_completed_once_its_pod_is_gone,
             true
         ),
@@ -1742,8 +1821,39 @@ fn scenarios() -> Vec<Scenario> {
             false
         )),
         stack_scenario(scenario!(stack::stack_the_hub_gives_up_first_and_nothing_lingers, false)),
-        stack_scenario(scenario!(stack::stack_browser_ui_lists_a_live_session, false)),
+        Scenario {
+            ui: true,
+            ..stack_scenario(scenario!(stack::stack_browser_ui_lists_a_live_session, false))
+        },
         stack_scenario(scenario!(stack::stack_a_session_survives_an_api_server_restart, false)),
+        firefox_scenario(stack_scenario(scenario!(
+            stack::stack_firefox_session_through_the_hub,
+            false
+        ))),
+        firefox_scenario(stack_scenario(scenario!(
+            stack::stack_ten_mixed_chrome_and_firefox_sessions_at_once,
+            false
+        ))),
+        Scenario {
+            go: true,
+            parity: false,
+            ..stack_scenario(scenario!(
+                switch::stack_a_live_switch_from_the_go_controller_and_back,
+                false
+            ))
+        },
+        split_stack_scenario!(stack::stack_webdriver_session_through_the_hub),
+        firefox_scenario(split_stack_scenario!(
+            stack::stack_firefox_session_through_the_hub
+        )),
+        split_stack_scenario!(stack::stack_ten_sessions_at_once_one_pod_each),
+        split_stack_scenario!(stack::stack_a_missing_image_reaches_the_client_fast),
+        split_stack_scenario!(stack::stack_an_abandoned_session_ends),
+        split_stack_scenario!(
+            stack::stack_session_options_reach_the_sidecar_and_loader_variables_are_refused
+        ),
+        split_stack_scenario!(stack::stack_the_hub_gives_up_first_and_nothing_lingers),
+        split_stack_scenario!(stack::stack_a_session_survives_an_api_server_restart),
     ]
 }
 
@@ -1765,6 +1875,14 @@ fn stack_scenario(scenario: Scenario) -> Scenario {
         node: true,
         stack: true,
         ..parity_scenario(scenario)
+    }
+}
+
+/// A scenario with the Firefox image.
+fn firefox_scenario(scenario: Scenario) -> Scenario {
+    Scenario {
+        firefox: true,
+        ..scenario
     }
 }
 
@@ -2002,10 +2120,34 @@ async fn run_backend(be: Backend, selected: &[&Scenario], complete: bool, tally:
             tally.skipped += 1;
             continue;
         }
-        if s.stack && be.stack.is_none() {
+        if s.stack && be.stack(s.layout).is_none() {
             println!(
                 "test {label} ... skipped ({} not set)",
-                support::stack::STACK_ASSETS
+                stack_set(s.layout).variable()
+            );
+            tally.skipped += 1;
+            continue;
+        }
+        if s.ui && be.stack(s.layout).is_some_and(|set| set.ui.is_none()) {
+            println!(
+                "test {label} ... skipped (no browser-ui in ${})",
+                stack_set(s.layout).variable()
+            );
+            tally.skipped += 1;
+            continue;
+        }
+        if s.firefox && !be.firefox {
+            println!(
+                "test {label} ... skipped (no Firefox image: {} not set)",
+                images::GECKODRIVER
+            );
+            tally.skipped += 1;
+            continue;
+        }
+        if s.go && !matches!(support::stack::go_controller(), Ok(Some(_))) {
+            println!(
+                "test {label} ... skipped ({} not set)",
+                support::stack::GO_CONTROLLER
             );
             tally.skipped += 1;
             continue;
@@ -2068,7 +2210,12 @@ async fn run_backend(be: Backend, selected: &[&Scenario], complete: bool, tally:
 async fn go_parity(be: &Arc<Backend>, scenarios: &[&Scenario], tally: &mut Tally) {
     let parity: Vec<&&Scenario> = scenarios
         .iter()
-        .filter(|s| s.parity && (!s.stack || be.stack.is_some()))
+        // The Go controller v0.0.5 serves only the single group: the split-group set has no
+        // parity run (no build of it serves that layout).
+        .filter(|s| s.parity && s.layout == Layout::Default)
+        .filter(|s| !s.stack || be.stack(s.layout).is_some())
+        .filter(|s| !s.ui || be.stack(s.layout).is_some_and(|set| set.ui.is_some()))
+        .filter(|s| !s.firefox || be.firefox)
         .collect();
     if parity.is_empty() {
         return;
@@ -2113,16 +2260,27 @@ async fn go_parity(be: &Arc<Backend>, scenarios: &[&Scenario], tally: &mut Tally
     );
 }
 
-/// The real node's backend, with the Selenosis stack where its binaries are given.
+/// The real node's backend, with the sets of the Selenosis stack whose binaries are given.
 async fn node_backend(assets: &Assets, node: &NodeAssets) -> Result<Backend, String> {
-    let stack = support::stack::StackAssets::from_env().map_err(|e| e.to_string())?;
-    if stack.is_none() {
-        println!(
-            "selenosis stack: skipped ({} not set)",
-            support::stack::STACK_ASSETS
-        );
+    let mut stacks = Vec::new();
+    for set in [StackSet::SingleGroup, StackSet::SplitGroups] {
+        match StackAssets::from_env(set).map_err(|e| e.to_string())? {
+            Some(stack) => stacks.push(stack),
+            None => println!(
+                "selenosis stack {set:?}: skipped ({} not set)",
+                set.variable()
+            ),
+        }
     }
-    Backend::node(assets, node, stack).await
+    Backend::node(assets, node, stacks).await
+}
+
+/// The set of the stack a scenario of `layout` runs with.
+fn stack_set(layout: Layout) -> StackSet {
+    match layout {
+        Layout::SplitGroups => StackSet::SplitGroups,
+        _ => StackSet::SingleGroup,
+    }
 }
 
 fn main() -> ExitCode {

@@ -2,10 +2,13 @@
 //! order, without loading the API server with refused creates.
 
 use std::sync::Arc;
+use std::time::Duration;
 
+use futures::StreamExt;
 use serde_json::json;
 
-use crate::Ctx;
+use crate::support::kubelet::Script;
+use crate::{Ctx, poll};
 
 /// Whether the Browser waits in line, as its status shows it.
 fn queued(cx_snapshot: &crate::Snapshot, name: &str) -> bool {
@@ -115,4 +118,200 @@ pub(crate) async fn a_full_quota_queues_browsers_and_admits_them_in_creation_ord
     for name in ["q3", "q5"] {
         cx.until_gone(name).await;
     }
+}
+
+/// Fair share: one owner's burst does not hold everyone else's sessions. Owner A creates 200
+/// Browsers at once against a quota of 10 pods; a second after all of them wait in line or
+/// run (on a slow server creating 200 takes a while), owner B creates 5, and a Browser without
+/// an owner arrives after them. Sessions end about 2 s after their pod runs.
+/// Read from the recorded watch history: B's first Browser gets the first slot after it
+/// arrived, B and A alternate while both wait, the anonymous Browser gets the first slot after
+/// it arrived, each owner's Browsers that waited get their pods in creation order, and refused
+/// creates stay within one per freed slot.
+pub(crate) async fn owners_take_turns_for_a_full_quota_each_in_creation_order(cx: Arc<Ctx>) {
+    cx.start_operator(&["--queue-timeout=5m"]);
+    cx.chrome_config().await;
+    cx.until_config("chrome", "Valid", "True").await;
+    cx.quota_of_pods(10).await;
+    // No quota controller runs here: the quota's use is recounted as it would.
+    let recount = {
+        let cx = cx.clone();
+        tokio::spawn(async move {
+            loop {
+                cx.recount_quota().await;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        })
+    };
+    let a: Vec<String> = (0..200).map(|i| format!("a{i:03}")).collect();
+    let b: Vec<String> = (0..5).map(|i| format!("b{i}")).collect();
+    let all: Vec<&String> = a.iter().chain(&b).collect();
+    for name in all.iter().copied().chain([&"nobody".to_string()]) {
+        cx.kubelet().set(
+            name,
+            Script::ExitAfterRunning {
+                container: "seleniferous".into(),
+                exit_code: 0,
+                after: Duration::from_secs(2),
+            },
+        );
+    }
+    let seen_queued = |name: &str| seen_queued(&cx, name);
+    create(&cx, &a, Some("A")).await;
+    // A's line has formed (the quota full) before B arrives, however slow the server.
+    handled(&cx, &a.iter().map(String::as_str).collect::<Vec<_>>()).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    create(&cx, &b, Some("B")).await;
+    // A second later (creation times have whole seconds: the same second would order the
+    // two newcomers by name).
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    cx.create_browser_of("nobody", None, json!({})).await;
+    let late: Vec<&str> = b.iter().map(String::as_str).chain(["nobody"]).collect();
+    handled(&cx, &late).await;
+    // When a Browser arrived, as the watch first showed it.
+    let arrived = |name: &str| cx.history("Browser", name).first().map(|seen| seen.at);
+    let joined = arrived("b0").expect("b0 seen");
+    let everyone: Vec<&str> = a
+        .iter()
+        .map(String::as_str)
+        .chain(late.iter().copied())
+        .collect();
+    cx.until_within(
+        Duration::from_secs(240),
+        Duration::from_millis(500),
+        "every Browser to have had its pod",
+        |_| {
+            everyone
+                .iter()
+                .all(|name| !cx.history("Pod", name).is_empty())
+        },
+    )
+    .await;
+    recount.abort();
+
+    // Admissions after B's first arrived, in the order their pods appeared.
+    let first_pod = |name: &str| cx.history("Pod", name).first().map(|seen| seen.at);
+    let mut admitted: Vec<(std::time::Instant, &str)> = everyone
+        .iter()
+        .filter_map(|name| Some((first_pod(name)?, *name)))
+        .filter(|(at, _)| *at > joined)
+        .collect();
+    admitted.sort();
+    let order: Vec<&str> = admitted.iter().map(|(_, name)| *name).collect();
+    println!(
+        "    admitted after B arrived: {}",
+        order.iter().take(14).copied().collect::<Vec<_>>().join(" ")
+    );
+    assert_eq!(
+        order.first(),
+        Some(&"b0"),
+        "B's first gets the first freed slot: {order:?}"
+    );
+    // The anonymous Browser's turn comes in the rotation: after it arrived, no owner is served
+    // twice before it.
+    let nobody_arrived = arrived("nobody").expect("nobody seen");
+    let before_nobody: Vec<&str> = admitted
+        .iter()
+        .filter(|(at, _)| *at > nobody_arrived)
+        .map(|(_, name)| *name)
+        .take_while(|name| *name != "nobody")
+        .collect();
+    for owner in ['a', 'b'] {
+        assert!(
+            before_nobody
+                .iter()
+                .filter(|name| name.starts_with(owner))
+                .count()
+                <= 1,
+            "the anonymous Browser's turn comes in the rotation: {order:?}"
+        );
+    }
+    assert!(
+        order.contains(&"nobody"),
+        "the anonymous Browser admitted: {order:?}"
+    );
+    // While B waits, no two of A's in a row.
+    let turn = |name: &str| order.iter().position(|n| *n == name).unwrap_or(usize::MAX);
+    let until_b4: Vec<&str> = order[..=turn("b4").min(order.len() - 1)]
+        .iter()
+        .copied()
+        .filter(|name| *name != "nobody")
+        .collect();
+    assert!(
+        !until_b4
+            .windows(2)
+            .any(|w| w[0].starts_with('a') && w[1].starts_with('a')),
+        "B and A alternate while both wait: {until_b4:?}"
+    );
+    // Each owner's Browsers that waited in line, admitted in their creation order (time, then
+    // name). Those the quota had room for at once were created side by side.
+    for owner in [&a, &b] {
+        let owner: Vec<&String> = owner.iter().filter(|name| seen_queued(name)).collect();
+        let created = |name: &str| {
+            let seen = cx.history("Browser", name);
+            let browser = &seen.first().expect("seen").object;
+            (
+                browser["metadata"]["creationTimestamp"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                name.to_string(),
+            )
+        };
+        let mut by_pod = owner.clone();
+        by_pod.sort_by_key(|name| first_pod(name));
+        let mut by_creation = by_pod.clone();
+        by_creation.sort_by_key(|name| created(name));
+        assert_eq!(
+            by_pod, by_creation,
+            "an owner's Browsers in their creation order"
+        );
+    }
+    // At most one refused create per slot freed after the line formed.
+    if let Some(refused) = cx.refused_pod_creates() {
+        println!(
+            "    refused pod creates: {refused} for {} admissions from the line",
+            order.len()
+        );
+        assert!(refused <= order.len(), "{refused} refused creates");
+    }
+    cx.delete_everything().await;
+}
+
+/// Whether the recorded history shows `name` waiting in line.
+fn seen_queued(cx: &Ctx, name: &str) -> bool {
+    cx.history("Browser", name)
+        .iter()
+        .any(|seen| seen.object["status"]["reason"] == "Queued")
+}
+
+/// Waits until each of `names` was seen waiting in line or with its pod.
+async fn handled(cx: &Ctx, names: &[&str]) {
+    poll(
+        Duration::from_secs(60),
+        Duration::from_millis(200),
+        || async {
+            let waits_or_runs =
+                |name: &&str| seen_queued(cx, name) || !cx.history("Pod", name).is_empty();
+            match names.iter().find(|name| !waits_or_runs(name)) {
+                None => Ok(()),
+                Some(name) => Err(format!("{name} seen waiting in line or with its pod")),
+            }
+        },
+    )
+    .await;
+}
+
+/// Creates the Browsers `names` of `owner`, 50 at a time.
+async fn create(cx: &Arc<Ctx>, names: &[String], owner: Option<&str>) {
+    let create = |n: &String| {
+        let cx = cx.clone();
+        let n = n.clone();
+        let owner = owner.map(String::from);
+        async move { cx.create_browser_of(&n, owner.as_deref(), json!({})).await }
+    };
+    futures::stream::iter(names.iter().map(create))
+        .buffer_unordered(50)
+        .collect::<Vec<()>>()
+        .await;
 }

@@ -10,30 +10,32 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::support::images::{BUSYBOX, CHROMIUM};
-use crate::support::stack::{self, Component, LOOPBACK, Page, SELENIFEROUS, SIDECAR_PORT, Stack};
+use crate::support::images::{self, BUSYBOX, CHROMIUM, FIREFOX};
+use crate::support::stack::{self, Component, LOOPBACK, Page, SIDECAR_PORT, Stack};
 use crate::support::webdriver;
 use crate::{Ctx, Seen, poll};
 
 /// Chromium behind chromedriver.
-const CHROME: &str = "139.0";
+pub(crate) const CHROME: &str = "139.0";
 /// An image nobody can pull.
-const MISSING: &str = "140.0";
+pub(crate) const MISSING: &str = "140.0";
 /// A pod no node takes.
 const NOWHERE: &str = "141.0";
 /// A pod whose init container fails 8 s after it starts.
 const FAILS_LATER: &str = "142.0";
+/// Chromium behind an init container that takes 15 s: a pod still starting for a while.
+pub(crate) const SLOW_START: &str = "143.0";
 /// The hub's default wait for a Browser to run.
-const HUB_TIMEOUT: Duration = Duration::from_secs(180);
+pub(crate) const HUB_TIMEOUT: Duration = Duration::from_secs(180);
 /// The page every session loads, from the host.
-const TITLE: &str = "browser-controller stack";
+pub(crate) const TITLE: &str = "browser-controller stack";
 
-/// The seleniferous sidecar as the Selenosis examples configure it; `idle` is its
-/// `SESSION_IDLE_TIMEOUT`.
-fn seleniferous(idle: &str) -> Value {
+/// The seleniferous sidecar (of the scenario's set) as the Selenosis examples configure it;
+/// `idle` is its `SESSION_IDLE_TIMEOUT`.
+fn seleniferous(cx: &Ctx, idle: &str) -> Value {
     json!({
         "name": "seleniferous",
-        "image": SELENIFEROUS,
+        "image": crate::stack_set(cx.layout).seleniferous(),
         "imagePullPolicy": "Never",
         "ports": [{"containerPort": SIDECAR_PORT}],
         "env": [
@@ -47,8 +49,17 @@ fn seleniferous(idle: &str) -> Value {
     })
 }
 
-/// The BrowserConfig of the stack's scenarios, in the fields both operators read.
+/// The BrowserConfig of the stack's scenarios, in the fields both operators read; once this
+/// operator found it valid.
 async fn config(cx: &Ctx, idle: &str) {
+    write_config(cx, idle).await;
+    if !cx.is_go() {
+        cx.until_config("chrome", "Valid", "True").await;
+    }
+}
+
+/// Writes the BrowserConfig of [`config`].
+pub(crate) async fn write_config(cx: &Ctx, idle: &str) {
     let chromium = json!({
         "image": CHROMIUM,
         "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "2Gi"}},
@@ -65,31 +76,45 @@ async fn config(cx: &Ctx, idle: &str) {
         "imagePullPolicy": "Never",
         "command": ["sh", "-c", "sleep 8; exit 3"],
     }]);
+    let mut slow_start = chromium.clone();
+    slow_start["initContainers"] = json!([{
+        "name": "setup",
+        "image": BUSYBOX,
+        "imagePullPolicy": "Never",
+        "command": ["sleep", "15"],
+    }]);
     cx.create_config(
         "chrome",
         json!({
             "template": {
                 "imagePullPolicy": "Never",
-                "sidecars": [seleniferous(idle)],
+                "sidecars": [seleniferous(cx, idle)],
                 "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "512Mi"}}],
                 "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
             },
-            "browsers": {"chrome": {
-                CHROME: chromium,
-                MISSING: {"image": "localhost/does-not-exist:1.0", "imagePullPolicy": "IfNotPresent"},
-                NOWHERE: nowhere,
-                FAILS_LATER: fails_later,
-            }},
+            "browsers": {
+                "chrome": {
+                    CHROME: chromium,
+                    MISSING: {"image": "localhost/does-not-exist:1.0", "imagePullPolicy": "IfNotPresent"},
+                    NOWHERE: nowhere,
+                    FAILS_LATER: fails_later,
+                    SLOW_START: slow_start,
+                },
+                // More memory than Chromium, as the selenosis-deploy Firefox examples have it
+                // (their 250m of CPU would not let ten sessions fit on the node's 2 cores),
+                // named by the Firefox version (geckodriver matches it).
+                "firefox": {firefox_version(): {
+                    "image": FIREFOX,
+                    "resources": {"requests": {"cpu": "100m", "memory": "512Mi"}, "limits": {"memory": "1536Mi"}},
+                }},
+            },
         }),
     )
     .await;
-    if !cx.is_go() {
-        cx.until_config("chrome", "Valid", "True").await;
-    }
 }
 
 /// browser-service and a hub for the scenario's namespace.
-fn hub(cx: &Ctx, startup_timeout: Duration) -> (Stack, Component) {
+pub(crate) fn hub(cx: &Ctx, startup_timeout: Duration) -> (Stack, Component) {
     let stack = cx.stack();
     let hub = stack
         .hub(&cx.ns, startup_timeout)
@@ -97,8 +122,23 @@ fn hub(cx: &Ctx, startup_timeout: Duration) -> (Stack, Component) {
     (stack, hub)
 }
 
+/// The version of the Firefox image's entry: the major version of its Firefox (Debian's ESR
+/// of the day), which geckodriver matches against the session's `browserVersion`.
+fn firefox_version() -> String {
+    images::firefox_version(&images::cache_dir()).unwrap_or_else(|| "none".to_string())
+}
+
+/// What a Selenium client asks the hub for: headless Firefox ESR.
+fn firefox_capabilities() -> Value {
+    json!({"capabilities": {"alwaysMatch": {
+        "browserName": "firefox",
+        "browserVersion": firefox_version(),
+        "moz:firefoxOptions": {"args": ["-headless"]},
+    }}})
+}
+
 /// What a Selenium client asks the hub for: headless Chromium of `version`.
-fn capabilities(version: &str) -> Value {
+pub(crate) fn capabilities(version: &str) -> Value {
     let mut caps = webdriver::headless_chrome();
     caps["capabilities"]["alwaysMatch"]["browserVersion"] = json!(version);
     caps
@@ -131,7 +171,7 @@ async fn send(hub: u16, method: &str, path: &str, body: Option<Value>) -> (u16, 
 }
 
 /// A session a client opened through the hub.
-struct Session {
+pub(crate) struct Session {
     id: String,
     /// When the new-session request was sent and answered.
     requested: Instant,
@@ -144,7 +184,10 @@ async fn new_session(hub: u16, version: &str) -> Result<Session, (u16, Value, Du
 }
 
 /// Opens a session asking for `capabilities`.
-async fn open_session(hub: u16, capabilities: Value) -> Result<Session, (u16, Value, Duration)> {
+pub(crate) async fn open_session(
+    hub: u16,
+    capabilities: Value,
+) -> Result<Session, (u16, Value, Duration)> {
     let requested = Instant::now();
     let (status, answer) = send(hub, "POST", "/session", Some(capabilities)).await;
     let answered = Instant::now();
@@ -159,7 +202,11 @@ async fn open_session(hub: u16, capabilities: Value) -> Result<Session, (u16, Va
 }
 
 /// Loads the host's page in the session and reads its title.
-async fn title_of_page(hub: u16, session: &Session, page: &Page) -> Result<String, String> {
+pub(crate) async fn title_of_page(
+    hub: u16,
+    session: &Session,
+    page: &Page,
+) -> Result<String, String> {
     let id = &session.id;
     let (status, answer) = send(
         hub,
@@ -178,13 +225,64 @@ async fn title_of_page(hub: u16, session: &Session, page: &Page) -> Result<Strin
     }
 }
 
-async fn quit(hub: u16, session: &Session) {
+pub(crate) async fn quit(hub: u16, session: &Session) {
     let (status, answer) = send(hub, "DELETE", &format!("/session/{}", session.id), None).await;
     assert_eq!(status, 200, "the session ends: {answer}");
 }
 
+/// Opens a session for each of `capabilities` at once through the hub and loads the page in
+/// each; the sessions, in the order asked.
+pub(crate) async fn open_at_once(
+    hub: u16,
+    page: &Arc<Page>,
+    capabilities: Vec<Value>,
+) -> Vec<Session> {
+    let clients = capabilities.into_iter().map(|caps| {
+        let page = page.clone();
+        tokio::spawn(async move {
+            let session = open_session(hub, caps)
+                .await
+                .map_err(|e| format!("{e:?}"))?;
+            let title = title_of_page(hub, &session, &page).await?;
+            Ok::<_, String>((session, title))
+        })
+    });
+    let mut open = Vec::new();
+    for result in futures::future::join_all(clients).await {
+        let (session, title) = result
+            .expect("the client's task")
+            .expect("a usable session");
+        assert_eq!(title, TITLE);
+        open.push(session);
+    }
+    open
+}
+
+/// Quits `sessions`, checks one Browser per session and that each is gone with its one pod;
+/// how long the new-session requests took, shortest first, in seconds.
+async fn quit_all(cx: &Ctx, hub: u16, sessions: &[Session]) -> Vec<f64> {
+    for session in sessions {
+        quit(hub, session).await;
+    }
+    let names = browsers_seen(cx);
+    assert_eq!(
+        names.len(),
+        sessions.len(),
+        "one Browser per session: {names:?}"
+    );
+    for name in &names {
+        ended_with_one_pod(cx, name).await;
+    }
+    let mut answered: Vec<f64> = sessions
+        .iter()
+        .map(|s| (s.answered - s.requested).as_secs_f64())
+        .collect();
+    answered.sort_by(f64::total_cmp);
+    answered
+}
+
 /// The names of the Browsers the watch saw, in the order they appeared.
-fn browsers_seen(cx: &Ctx) -> Vec<String> {
+pub(crate) fn browsers_seen(cx: &Ctx) -> Vec<String> {
     let mut names: Vec<String> = Vec::new();
     for s in cx
         .seen
@@ -218,7 +316,7 @@ fn first(cx: &Ctx, kind: &str, name: &str, check: impl Fn(&Seen) -> bool) -> Opt
 }
 
 /// Waits until the Browser `name` and its pod are gone, and checks it had one pod.
-async fn ended_with_one_pod(cx: &Ctx, name: &str) {
+pub(crate) async fn ended_with_one_pod(cx: &Ctx, name: &str) {
     cx.until_gone(name).await;
     assert_eq!(cx.pod_uids(name).len(), 1, "{name} had one pod");
 }
@@ -230,16 +328,30 @@ pub(crate) async fn stack_webdriver_session_through_the_hub(cx: Arc<Ctx>) {
     cx.start_operator_under_test(&[]);
     config(&cx, "1m").await;
     let (_stack, hub) = hub(&cx, HUB_TIMEOUT);
+    let (session, name) = a_usable_session(&cx, hub.port(), capabilities(CHROME), "Chrome").await;
+    quit(hub.port(), &session).await;
+    ended_with_one_pod(&cx, &name).await;
+}
+
+/// Opens a session asking for `capabilities` through the hub, loads a page served on the host
+/// and reads its title; prints the time from the new-session request to each step, from the
+/// recorded history. The session and its Browser's name.
+async fn a_usable_session(
+    cx: &Ctx,
+    hub: u16,
+    capabilities: Value,
+    what: &str,
+) -> (Session, String) {
     let page = Page::serve(&format!("<html><head><title>{TITLE}</title></head></html>"));
-    let session = new_session(hub.port(), CHROME)
+    let session = open_session(hub, capabilities)
         .await
-        .unwrap_or_else(|e| panic!("a new session: {e:?}"));
-    let title = title_of_page(hub.port(), &session, &page)
+        .unwrap_or_else(|e| panic!("a new {what} session: {e:?}"));
+    let title = title_of_page(hub, &session, &page)
         .await
         .expect("the page's title");
     let usable = Instant::now();
     assert_eq!(title, TITLE);
-    let name = only_browser(&cx);
+    let name = only_browser(cx);
     let since = |at: Option<Instant>| {
         at.map_or("?".to_string(), |at| {
             format!("{:.1}s", (at - session.requested).as_secs_f64())
@@ -247,16 +359,15 @@ pub(crate) async fn stack_webdriver_session_through_the_hub(cx: Arc<Ctx>) {
     };
     let phase = |s: &Seen, phase: &str| s.object["status"]["phase"] == phase;
     println!(
-        "    stack: Browser seen {}, pod seen {}, pod Running {}, Browser Running {}, session answered {}, page title read {} after the new-session request",
-        since(first(&cx, "Browser", &name, |_| true)),
-        since(first(&cx, "Pod", &name, |_| true)),
-        since(first(&cx, "Pod", &name, |s| phase(s, "Running"))),
-        since(first(&cx, "Browser", &name, |s| phase(s, "Running"))),
+        "    stack ({what}): Browser seen {}, pod seen {}, pod Running {}, Browser Running {}, session answered {}, page title read {} after the new-session request",
+        since(first(cx, "Browser", &name, |_| true)),
+        since(first(cx, "Pod", &name, |_| true)),
+        since(first(cx, "Pod", &name, |s| phase(s, "Running"))),
+        since(first(cx, "Browser", &name, |s| phase(s, "Running"))),
         since(Some(session.answered)),
         since(Some(usable)),
     );
-    quit(hub.port(), &session).await;
-    ended_with_one_pod(&cx, &name).await;
+    (session, name)
 }
 
 /// Ten clients open sessions at once: one pod each, every session usable, all cleaned up
@@ -268,37 +379,12 @@ pub(crate) async fn stack_ten_sessions_at_once_one_pod_each(cx: Arc<Ctx>) {
     let page = Arc::new(Page::serve(&format!(
         "<html><head><title>{TITLE}</title></head></html>"
     )));
-    let port = hub.port();
-    let clients = (0..10).map(|_| {
-        let page = page.clone();
-        tokio::spawn(async move {
-            let session = new_session(port, CHROME)
-                .await
-                .map_err(|e| format!("{e:?}"))?;
-            let title = title_of_page(port, &session, &page).await?;
-            quit(port, &session).await;
-            Ok::<_, String>((title, session.answered - session.requested))
-        })
-    });
-    let results = futures::future::join_all(clients).await;
-    let mut answered = Vec::new();
-    for result in results {
-        let (title, took) = result
-            .expect("the client's task")
-            .expect("a usable session");
-        assert_eq!(title, TITLE);
-        answered.push(took.as_secs_f64());
-    }
-    answered.sort_by(f64::total_cmp);
+    let sessions = open_at_once(hub.port(), &page, vec![capabilities(CHROME); 10]).await;
+    let answered = quit_all(&cx, hub.port(), &sessions).await;
     println!(
         "    stack: 10 sessions at once answered in {:.1}s to {:.1}s",
         answered[0], answered[9]
     );
-    let names = browsers_seen(&cx);
-    assert_eq!(names.len(), 10, "one Browser per session: {names:?}");
-    for name in &names {
-        ended_with_one_pod(&cx, name).await;
-    }
 }
 
 /// A version whose image nobody can pull: the client's new-session error comes back within
@@ -546,6 +632,7 @@ pub(crate) async fn stack_browser_ui_lists_a_live_session(cx: Arc<Ctx>) {
     let (stack, hub) = hub(&cx, HUB_TIMEOUT);
     let ui = stack
         .ui(&cx.ns, &hub)
+        .expect("the runner runs this scenario only where the set has browser-ui")
         .unwrap_or_else(|e| panic!("browser-ui starts: {e}"));
     let session = new_session(hub.port(), CHROME)
         .await
@@ -583,4 +670,47 @@ pub(crate) async fn stack_browser_ui_lists_a_live_session(cx: Arc<Ctx>) {
     quit(hub.port(), &session).await;
     ended_with_one_pod(&cx, &name).await;
     drop(ui);
+}
+
+/// Whether the node has the Firefox image (made where `$E2E_GECKODRIVER` names geckodriver);
+/// says so when not.
+/// A Firefox session through the hub, as the Chrome one: a page loaded, its title read, quit,
+/// the Browser and its pod gone. Prints how long the session took to be usable.
+pub(crate) async fn stack_firefox_session_through_the_hub(cx: Arc<Ctx>) {
+    cx.start_operator_under_test(&[]);
+    config(&cx, "1m").await;
+    let (_stack, hub) = hub(&cx, HUB_TIMEOUT);
+    let (session, name) =
+        a_usable_session(&cx, hub.port(), firefox_capabilities(), "Firefox").await;
+    let quit_at = Instant::now();
+    quit(hub.port(), &session).await;
+    ended_with_one_pod(&cx, &name).await;
+    println!(
+        "    stack (Firefox): Browser and pod gone {:.1}s after the quit",
+        quit_at.elapsed().as_secs_f64()
+    );
+}
+
+/// Ten clients at once, five asking for Chrome and five for Firefox: every session usable,
+/// one pod each, all gone after the clients quit.
+pub(crate) async fn stack_ten_mixed_chrome_and_firefox_sessions_at_once(cx: Arc<Ctx>) {
+    cx.start_operator_under_test(&[]);
+    config(&cx, "1m").await;
+    let (_stack, hub) = hub(&cx, HUB_TIMEOUT);
+    let page = Arc::new(Page::serve(&format!(
+        "<html><head><title>{TITLE}</title></head></html>"
+    )));
+    let mixed = (0..10).map(|i| {
+        if i % 2 == 0 {
+            capabilities(CHROME)
+        } else {
+            firefox_capabilities()
+        }
+    });
+    let sessions = open_at_once(hub.port(), &page, mixed.collect()).await;
+    let answered = quit_all(&cx, hub.port(), &sessions).await;
+    println!(
+        "    stack: 5 Chrome and 5 Firefox sessions at once answered in {:.1}s to {:.1}s",
+        answered[0], answered[9]
+    );
 }

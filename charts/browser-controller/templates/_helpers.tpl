@@ -75,9 +75,13 @@ rbac/namespaced/watched-namespace.yaml, which rbac/cluster-role.yaml grants in a
 - apiGroups: [selenosis.io, browser.selenosis.io]
   resources: [browsers/finalizers]
   verbs: [update]
+# Watch BrowserConfigs; patch only releases the Go browser-controller's finalizer
+# (browserconfig.selenosis.io/finalizer) from a config being deleted, which after a switch
+# from it nothing else would, leaving the config Terminating for ever. RBAC cannot narrow a
+# patch to one field or value: no smaller rule removes a finalizer.
 - apiGroups: [selenosis.io, browserconfig.selenosis.io]
   resources: [browserconfigs]
-  verbs: [list, watch]
+  verbs: [list, watch, patch]
 - apiGroups: [selenosis.io, browserconfig.selenosis.io]
   resources: [browserconfigs/status]
   verbs: [patch]

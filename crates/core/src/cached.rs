@@ -90,6 +90,14 @@ impl Meta {
     }
 }
 
+/// The owner of an object from its labels: the owner label's value, or none (the anonymous
+/// owner).
+fn owner(labels: Option<&BTreeMap<String, String>>) -> Option<Box<str>> {
+    labels?
+        .get(capacity::owner_label())
+        .map(|o| Box::from(o.as_str()))
+}
+
 /// The dictionaries cached Browsers and pods are packed against.
 static BROWSERS: Dictionary = Dictionary::new();
 static PODS: Dictionary = Dictionary::new();
@@ -192,6 +200,8 @@ pub struct CachedBrowser {
     created: Option<Timestamp>,
     /// When it started waiting in line for quota, while it waits.
     queued_since: Option<Timestamp>,
+    /// Its owner label's value (`owner_label`).
+    owner: Option<Box<str>>,
 }
 
 dynamic_resource!(CachedBrowser);
@@ -214,6 +224,7 @@ impl<'de> Deserialize<'de> for CachedBrowser {
         let created = wire.metadata.creation_timestamp.as_ref().map(|t| t.0);
         Ok(CachedBrowser {
             created,
+            owner: owner(wire.metadata.labels.as_ref()),
             queued_since: capacity::queued_since(&wire.status, created)
                 .filter(|_| wire.metadata.deletion_timestamp.is_none()),
             browser_name: valid(SpecField::BrowserName),
@@ -242,6 +253,7 @@ impl CachedBrowser {
             deleting: false,
             created: None,
             queued_since: None,
+            owner: None,
             metadata,
         }
     }
@@ -283,6 +295,11 @@ impl CachedBrowser {
         self.queued_since
     }
 
+    /// Its owner, for the capacity queue's fair share; `None`: the anonymous owner.
+    pub fn owner(&self) -> Option<&str> {
+        self.owner.as_deref()
+    }
+
     /// The lane the Browser's reconcile needs, with its pod as the cache has it.
     pub fn lane(&self, pod: Option<&CachedPod>) -> Lane {
         lane::lane(self.phase(), self.deleting(), pod.map(CachedPod::progress))
@@ -299,6 +316,10 @@ pub struct CachedPod {
     text: Packed,
     /// How far it got, for the lane of its Browser (read at every event: kept apart).
     progress: Progress,
+    /// Its owner label's value, and when it was created: when its owner was last served a
+    /// slot, for the capacity queue's fair share.
+    owner: Option<Box<str>>,
+    created: Option<Timestamp>,
 }
 
 dynamic_resource!(CachedPod);
@@ -402,6 +423,8 @@ impl<'de> Deserialize<'de> for CachedPod {
         let pod = whole(&wire.metadata, &wire.spec, &wire.status);
         Ok(CachedPod {
             progress: lane::progress(&pod),
+            owner: owner(wire.metadata.labels.as_ref()),
+            created: wire.metadata.creation_timestamp.as_ref().map(|t| t.0),
             text: Packed::new(&pod.to_string(), &PODS),
             metadata: wire.metadata.identity(),
         })
@@ -426,6 +449,11 @@ impl CachedPod {
     /// How far the pod got, for the lane of its Browser.
     pub fn progress(&self) -> Progress {
         self.progress
+    }
+
+    /// Its owner (its Browser's), and when it was created.
+    pub fn served(&self) -> (Option<&str>, Option<Timestamp>) {
+        (self.owner.as_deref(), self.created)
     }
 
     /// The name of the Browser the pod belongs to: a Browser's pod has its name (its label

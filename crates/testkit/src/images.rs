@@ -1,8 +1,9 @@
 //! Container images for the real node, made on this machine from local root filesystems (no
-//! registry): a busybox image from Debian's static busybox, and a Chromium + chromedriver
-//! image from Debian's packages in a `debootstrap` root. Each is packed as a docker-archive
-//! tarball (what `ctr images import` reads) and kept in a cache folder, so that only the first
-//! run pays for it (Chromium: a few minutes and about 1 GB).
+//! registry): a busybox image from Debian's static busybox, a Chromium + chromedriver image
+//! from Debian's packages in a `debootstrap` root, and, where a geckodriver binary is given
+//! (`$E2E_GECKODRIVER`), a Firefox ESR + geckodriver image likewise. Each is packed as a
+//! docker-archive tarball (what `ctr images import` reads) and kept in a cache folder, so that
+//! only the first run pays for it (a browser: a few minutes and about 1 GB).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -19,6 +20,10 @@ pub const BUSYBOX: &str = "localhost/busybox:e2e";
 pub const PAUSE: &str = "localhost/pause:e2e";
 /// Tag of the Chromium + chromedriver image.
 pub const CHROMIUM: &str = "localhost/chromium-driver:e2e";
+/// Tag of the Firefox ESR + geckodriver image.
+pub const FIREFOX: &str = "localhost/firefox-driver:e2e";
+/// The geckodriver binary the Firefox image is made with (`cargo install geckodriver`).
+pub const GECKODRIVER: &str = "E2E_GECKODRIVER";
 
 /// Where Debian's static busybox is.
 const BUSYBOX_BINARY: &str = "/bin/busybox";
@@ -232,7 +237,83 @@ pub fn build(cache: &Path) -> Result<ImageSet, ImageError> {
 
 /// Debian's Chromium and chromedriver in a minimal `debootstrap` root.
 fn build_chromium(cache: &Path, out: &Path) -> Result<(), ImageError> {
-    let root = cache.join("chromium-rootfs");
+    let packages = "chromium chromium-driver fonts-dejavu-core ca-certificates";
+    let root = debian_root(cache, "chromium-rootfs", packages)?;
+    pack(
+        &root,
+        CHROMIUM,
+        &ImageConfig {
+            entrypoint: Some(&["/usr/bin/chromedriver"]),
+            cmd: Some(&["--port=4444", "--allowed-ips=", "--allowed-origins=*"]),
+            env: &["HOME=/tmp"],
+            ..ImageConfig::default()
+        },
+        out,
+    )
+}
+
+/// What starts the Firefox image. seleniferous forwards to `localhost:BROWSER_PORT` but sends
+/// `Host: localhost` without the port, and geckodriver refuses a Host whose port is not the one
+/// it listens on: it listens on port 80 (the port a Host without one means), and socat takes
+/// port 4444 there.
+const FIREFOX_DRIVER: &str = "#!/bin/sh
+socat TCP-LISTEN:4444,fork,reuseaddr TCP:127.0.0.1:80 &
+exec /usr/local/bin/geckodriver --host 127.0.0.1 --port 80 --allow-hosts localhost
+";
+
+/// The Firefox image, made with the geckodriver binary `$E2E_GECKODRIVER` names; `None`
+/// without it.
+pub fn firefox(cache: &Path) -> Result<Option<PathBuf>, ImageError> {
+    let Some(geckodriver) = std::env::var_os(GECKODRIVER).filter(|g| !g.is_empty()) else {
+        return Ok(None);
+    };
+    let out = cache.join("firefox.tar");
+    if out.is_file() {
+        return Ok(Some(out));
+    }
+    let packages = "firefox-esr socat fonts-dejavu-core ca-certificates";
+    let root = debian_root(cache, "firefox-rootfs", packages)?;
+    let bin = root.join("usr/local/bin");
+    std::fs::copy(&geckodriver, bin.join("geckodriver"))
+        .map_err(|e| failed(format!("copy {}", PathBuf::from(&geckodriver).display()), e))?;
+    std::fs::write(bin.join("firefox-driver"), FIREFOX_DRIVER)
+        .map_err(|e| failed("firefox-driver", e))?;
+    run(
+        "chmod",
+        Command::new("chmod")
+            .arg("+x")
+            .arg(bin.join("geckodriver"))
+            .arg(bin.join("firefox-driver")),
+    )?;
+    pack(
+        &root,
+        FIREFOX,
+        &ImageConfig {
+            entrypoint: Some(&["/usr/local/bin/firefox-driver"]),
+            env: &["HOME=/tmp", "MOZ_HEADLESS=1"],
+            ..ImageConfig::default()
+        },
+        &out,
+    )?;
+    Ok(Some(out))
+}
+
+/// The major version of the Firefox in the Firefox image made in `cache`, if it was made.
+/// geckodriver matches a session's `browserVersion` against the Firefox it starts, as a
+/// version requirement: `140` matches every 140.x, a word such as `esr` matches nothing.
+pub fn firefox_version(cache: &Path) -> Option<String> {
+    let ini = cache.join("firefox-rootfs/usr/lib/firefox-esr/application.ini");
+    let text = std::fs::read_to_string(ini).ok()?;
+    let version = text
+        .lines()
+        .find_map(|line| line.strip_prefix("Version="))?;
+    version.split('.').next().map(str::to_string)
+}
+
+/// A minimal `debootstrap` root in `cache/name` with Debian's `packages` installed (the
+/// bootstrap is kept between runs).
+fn debian_root(cache: &Path, name: &str, packages: &str) -> Result<PathBuf, ImageError> {
+    let root = cache.join(name);
     let done = root.join(".debootstrap-done");
     if !done.is_file() {
         let _ = std::fs::remove_dir_all(&root);
@@ -257,30 +338,21 @@ fn build_chromium(cache: &Path, out: &Path) -> Result<(), ImageError> {
             .args(["-t", "proc", "proc"])
             .arg(&proc_dir),
     )?;
+    let script = format!(
+        "export DEBIAN_FRONTEND=noninteractive; apt-get update -q && apt-get install -y -q --no-install-recommends {packages} && apt-get clean && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin"
+    );
     let installed = run(
-        "apt-get install chromium chromium-driver",
-        Command::new("chroot").arg(&root).args([
-            "/bin/sh",
-            "-c",
-            "export DEBIAN_FRONTEND=noninteractive; apt-get update -q && apt-get install -y -q --no-install-recommends chromium chromium-driver fonts-dejavu-core ca-certificates && apt-get clean && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin",
-        ]),
+        &format!("apt-get install {packages}"),
+        Command::new("chroot")
+            .arg(&root)
+            .args(["/bin/sh", "-c", &script]),
     );
     let _ = Command::new("umount").arg(&proc_dir).status();
     installed?;
     let _ = std::fs::remove_file(&policy);
     // The runtime mounts the pod's own.
     let _ = std::fs::write(root.join("etc/resolv.conf"), "");
-    pack(
-        &root,
-        CHROMIUM,
-        &ImageConfig {
-            entrypoint: Some(&["/usr/bin/chromedriver"]),
-            cmd: Some(&["--port=4444", "--allowed-ips=", "--allowed-origins=*"]),
-            env: &["HOME=/tmp"],
-            ..ImageConfig::default()
-        },
-        out,
-    )
+    Ok(root)
 }
 
 /// Tag of the operator's image made by [`operator`].

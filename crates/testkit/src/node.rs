@@ -247,8 +247,9 @@ impl Node {
             // lifecycle controller that lifts the not-ready taint the kubelet registers the
             // node with; for an operator installed as a Deployment: Deployments, ReplicaSets,
             // PodDisruptionBudgets (what an eviction consults), the default ServiceAccounts and
-            // the CA's ConfigMap that its pods' token volumes need.
-            "--controllers=daemonset,garbagecollector,nodelifecycle,deployment,replicaset,disruption,serviceaccount,root-ca-cert-publisher".to_string(),
+            // the CA's ConfigMap that its pods' token volumes need; ResourceQuotas counted, for
+            // the capacity queue against a real node.
+            "--controllers=daemonset,garbagecollector,nodelifecycle,deployment,replicaset,disruption,serviceaccount,root-ca-cert-publisher,resourcequota".to_string(),
             format!("--root-ca-file={}", plane.ca_file().display()),
         ]);
         node.controller_manager = Some(node.spawn(

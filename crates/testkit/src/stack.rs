@@ -1,10 +1,12 @@
 //! The Selenosis stack beside a real node: browser-service, the hub (selenosis) and browser-ui
 //! as host processes on free loopback ports, and the seleniferous sidecar's image packed from
-//! its static binary. The binaries are given, as the node's are: `$E2E_STACK_ASSETS` names a
-//! folder with `selenosis`, `browser-service`, `seleniferous`, `browser-ui` and browser-ui's
-//! built front end in `browser-ui-static/`; `$E2E_GO_CONTROLLER` names the Go
-//! browser-controller's binary, which scenarios run in the operator's place. Nothing here
-//! builds them.
+//! its static binary. The binaries are given, as the node's are, one folder per set of
+//! versions that builds together: `$E2E_STACK_ASSETS` names the single-group set (API group
+//! `selenosis.io`), `$E2E_STACK_SPLIT_ASSETS` the split-group set of the selenosis Helm chart
+//! 2.x (`browser.selenosis.io`, `browserconfig.selenosis.io`). Each folder holds `selenosis`,
+//! `browser-service` and `seleniferous`, and where it was built `browser-ui` with its front
+//! end in `browser-ui-static/`; `$E2E_GO_CONTROLLER` names the Go browser-controller's binary,
+//! which scenarios run in the operator's place. Nothing here builds them.
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
@@ -14,12 +16,38 @@ use std::time::{Duration, Instant};
 use super::host::{self, free_port, kill, tail};
 use super::images::{self, ImageConfig, ImageError};
 
-/// The folder of the stack's binaries.
+/// The folder of the single-group set's binaries.
 pub const STACK_ASSETS: &str = "E2E_STACK_ASSETS";
+/// The folder of the split-group set's binaries.
+pub const STACK_SPLIT_ASSETS: &str = "E2E_STACK_SPLIT_ASSETS";
 /// The Go browser-controller's binary.
 pub const GO_CONTROLLER: &str = "E2E_GO_CONTROLLER";
-/// Tag of the seleniferous image.
-pub const SELENIFEROUS: &str = "localhost/seleniferous:e2e";
+/// The sets of versions of the stack that build together.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StackSet {
+    /// API group `selenosis.io`: hub v2.0.5, browser-service v0.0.4, browser-ui v0.0.4.
+    SingleGroup,
+    /// The selenosis Helm chart 2.x's split groups: hub v2.0.8, browser-service v0.0.7.
+    SplitGroups,
+}
+
+impl StackSet {
+    /// The variable naming the set's folder.
+    pub const fn variable(self) -> &'static str {
+        match self {
+            StackSet::SingleGroup => STACK_ASSETS,
+            StackSet::SplitGroups => STACK_SPLIT_ASSETS,
+        }
+    }
+
+    /// Tag of the set's seleniferous image.
+    pub const fn seleniferous(self) -> &'static str {
+        match self {
+            StackSet::SingleGroup => "localhost/seleniferous:e2e",
+            StackSet::SplitGroups => "localhost/seleniferous:e2e-split",
+        }
+    }
+}
 /// Where seleniferous listens in the pod, and the port the hub dials (`PROXY_PORT`).
 pub const SIDECAR_PORT: u16 = 4445;
 /// The longest wait for a component to answer its health check.
@@ -42,44 +70,44 @@ fn failed(what: impl Into<String>, detail: impl ToString) -> StackError {
     }
 }
 
-/// The stack's binaries.
+/// One set's binaries.
 #[derive(Clone, Debug)]
 pub struct StackAssets {
+    pub set: StackSet,
     pub dir: PathBuf,
     pub selenosis: PathBuf,
     pub browser_service: PathBuf,
     pub seleniferous: PathBuf,
-    pub browser_ui: PathBuf,
-    pub ui_static: PathBuf,
+    /// browser-ui and its front end, where the set has them.
+    pub ui: Option<(PathBuf, PathBuf)>,
 }
 
 impl StackAssets {
-    /// `None` when [`STACK_ASSETS`] is not set; an error naming what is missing otherwise.
-    pub fn from_env() -> Result<Option<Self>, StackError> {
-        let Some(dir) = std::env::var_os(STACK_ASSETS).filter(|d| !d.is_empty()) else {
+    /// `None` when the set's variable is not set; an error naming what is missing otherwise.
+    pub fn from_env(set: StackSet) -> Result<Option<Self>, StackError> {
+        let variable = set.variable();
+        let Some(dir) = std::env::var_os(variable).filter(|d| !d.is_empty()) else {
             return Ok(None);
         };
         let dir = PathBuf::from(dir);
-        let find = |name: &str, dir_wanted: bool| {
+        let find = |name: &str| {
             let path = dir.join(name);
-            let found = if dir_wanted {
-                path.join("index.html").is_file()
-            } else {
-                path.is_file()
-            };
-            found.then_some(path).ok_or_else(|| {
+            path.is_file().then_some(path).ok_or_else(|| {
                 StackError::Missing(format!(
-                    "{name} not found in ${STACK_ASSETS} ({})",
+                    "{name} not found in ${variable} ({})",
                     dir.display()
                 ))
             })
         };
+        let (ui, ui_static) = (dir.join("browser-ui"), dir.join("browser-ui-static"));
+        let ui =
+            (ui.is_file() && ui_static.join("index.html").is_file()).then_some((ui, ui_static));
         Ok(Some(Self {
-            selenosis: find("selenosis", false)?,
-            browser_service: find("browser-service", false)?,
-            seleniferous: find("seleniferous", false)?,
-            browser_ui: find("browser-ui", false)?,
-            ui_static: find("browser-ui-static", true)?,
+            set,
+            selenosis: find("selenosis")?,
+            browser_service: find("browser-service")?,
+            seleniferous: find("seleniferous")?,
+            ui,
             dir,
         }))
     }
@@ -111,15 +139,19 @@ pub fn seleniferous_image(assets: &StackAssets, cache: &Path) -> Result<PathBuf,
     }
     std::fs::copy(&assets.seleniferous, root.join("seleniferous"))
         .map_err(|e| failed(format!("copy {}", assets.seleniferous.display()), e))?;
+    let tag = assets.set.seleniferous();
     std::fs::write(
         root.join("etc/passwd"),
         "root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n",
     )
     .map_err(|e| failed("passwd", e))?;
-    let out = cache.join("seleniferous.tar");
+    let out = cache.join(format!(
+        "seleniferous-{}.tar",
+        tag.rsplit(':').next().unwrap_or("e2e")
+    ));
     images::pack(
         &root,
-        SELENIFEROUS,
+        tag,
         &ImageConfig {
             entrypoint: Some(&["/seleniferous"]),
             ..ImageConfig::default()
@@ -296,27 +328,26 @@ impl Stack {
         )
     }
 
-    /// browser-ui for the sessions of `namespace`, with `hub` as its Selenosis.
-    pub fn ui(&self, namespace: &str, hub: &Component) -> Result<Component, StackError> {
+    /// browser-ui for the sessions of `namespace`, with `hub` as its Selenosis; `None` when
+    /// the set has none.
+    pub fn ui(&self, namespace: &str, hub: &Component) -> Option<Result<Component, StackError>> {
+        let (ui, ui_static) = self.assets.ui.as_ref()?;
         let port = free_port();
-        Component::start(
+        Some(Component::start(
             "browser-ui",
-            &self.assets.browser_ui,
+            ui,
             &[],
             &[
                 ("LISTEN_ADDR", format!("127.0.0.1:{port}")),
                 ("BROWSER_SERVICE_URL", self.service.url()),
                 ("SELENOSIS_URL", hub.url()),
                 ("BROWSER_NAMESPACE", namespace.to_string()),
-                (
-                    "UI_STATIC_PATH",
-                    self.assets.ui_static.display().to_string(),
-                ),
+                ("UI_STATIC_PATH", ui_static.display().to_string()),
             ],
             port,
             "/health",
             self.log("browser-ui"),
-        )
+        ))
     }
 }
 

@@ -296,10 +296,12 @@ impl Scope {
         }
     }
 
-    /// A reconcile of `key` begins: what it decides on.
-    pub fn begin(&self, key: &Key) -> Begun {
+    /// A reconcile of `key` begins: what it decides on (`quotas`: whether its namespace has
+    /// ResourceQuotas).
+    pub fn begin(&self, key: &Key, quotas: bool) -> Begun {
         let (browser, pod) = (self.browser(key), self.pod(key));
-        self.index().begin(key, browser.as_deref(), pod.as_deref())
+        self.index()
+            .begin(key, browser.as_deref(), pod.as_deref(), quotas)
     }
 
     /// The reconcile of `key` ended with `done`: what its answers taught goes to the index,

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use jiff::Timestamp;
 use kube::Resource;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions};
+use serde_json::Value;
 use tokio::sync::Notify;
 use tracing::{Instrument, debug, info_span, warn};
 
@@ -199,8 +200,9 @@ pub async fn work(shared: Arc<Shared>, scopes: Arc<[Arc<Scope>]>) {
 async fn reconcile(scope: &Scope, key: &Key) -> Option<Duration> {
     let shared = &scope.shared;
     let _guard = shared.metrics.reconcile_started();
-    let begun = scope.begin(key);
-    let done = run(scope, key, &begun).await;
+    let quotas = scope.quotas(&key.0);
+    let begun = scope.begin(key, !quotas.is_empty());
+    let done = run(scope, key, &begun, &quotas).await;
     scope.end(key, &done);
     observe(shared, key, &done, begun.browser.as_deref());
     match done.next {
@@ -226,19 +228,17 @@ async fn reconcile(scope: &Scope, key: &Key) -> Option<Duration> {
 
 /// Runs the step machine on what the reconcile began from, sending each request it asks for
 /// and feeding the answer back, until it is done.
-async fn run(scope: &Scope, (ns, name): &Key, begun: &Begun) -> Done {
+async fn run(scope: &Scope, (ns, name): &Key, begun: &Begun, quotas: &[Value]) -> Done {
     let shared = &scope.shared;
     let schema = shared.schemas.current();
-    let quotas = scope.quotas(ns);
     let inputs = Inputs {
         settings: &shared.settings,
         kind: &shared.kinds.browser,
         now: Timestamp::now(),
         link_regained: shared.link.state().regained,
         line: Line {
-            ahead: begun.ahead,
-            arriving: begun.arriving,
-            quotas: &quotas,
+            place: begun.place,
+            quotas,
         },
         refusals: begun.refusals,
     };

@@ -25,7 +25,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use serde_json::Value;
-use tracing::{Instrument, debug, info_span, warn};
+use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::events::ConfigEvents;
 use super::openapi::PodSchemas;
@@ -35,7 +35,7 @@ use crate::api::apply;
 use crate::api::keys;
 use crate::api::kinds::{self, Kinds};
 use crate::config::report::{self, DryRun, Findings};
-use crate::config::{lookup, validate};
+use crate::config::{leftovers, lookup, validate};
 use crate::decoded::{Decoded, FromIdentity, Undecodable};
 use crate::lifecycle::desired;
 use crate::lifecycle::plan::PodCreation;
@@ -66,6 +66,8 @@ pub enum ConfigError {
     },
     #[error(transparent)]
     PrePull(#[from] prepull_sync::SyncError),
+    #[error("releasing the Go controller's finalizer: {}", describe(.0))]
+    Finalizer(#[source] kube::Error),
 }
 
 struct Context {
@@ -253,6 +255,9 @@ async fn reconcile(config: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Acti
     let ns = config.namespace().unwrap_or_default();
     let span = info_span!("validate_config", namespace = %ns, name = %config.name_any());
     async move {
+        if config.metadata.deletion_timestamp.is_some() {
+            return release_go_finalizer(&ctx, &config).await;
+        }
         // Which DaemonSets exist decides what to apply and delete: the cache must be listed.
         if let Some(prepull) = &ctx.prepull
             && tokio::time::timeout(PREPULL_CACHE_WAIT, prepull.health.synced())
@@ -302,6 +307,35 @@ async fn reconcile(config: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Acti
     }
     .instrument(span)
     .await
+}
+
+/// A config being deleted is not judged; the Go controller's finalizer, if it still holds it,
+/// is released (`config::leftovers`).
+async fn release_go_finalizer(
+    ctx: &Context,
+    config: &DynamicObject,
+) -> Result<Action, ConfigError> {
+    let Some(patch) = leftovers::go_finalizer_release(config) else {
+        return Ok(Action::await_change());
+    };
+    let ns = config.namespace().unwrap_or_default();
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(ctx.client.clone(), &ns, &ctx.kinds.browserconfig);
+    ctx.metrics.write(ApiWrite::PatchBrowserConfig);
+    info!(namespace = %ns, name = %config.name_any(), "releasing the Go browser-controller's finalizer from a deleted BrowserConfig");
+    match api
+        .patch(
+            &config.name_any(),
+            &PatchParams::default(),
+            &Patch::<()>::Json(patch),
+        )
+        .await
+    {
+        Ok(_) => Ok(Action::await_change()),
+        // Gone, or the list changed meanwhile: the next event says what is left.
+        Err(kube::Error::Api(s)) if matches!(s.code, 404 | 409 | 422) => Ok(Action::await_change()),
+        Err(source) => Err(ConfigError::Finalizer(source)),
+    }
 }
 
 /// The cluster's verdicts on the entries of `config`: dry-run once per generation and Pod

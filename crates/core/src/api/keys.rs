@@ -3,6 +3,10 @@
 
 /// Finalizer the operator keeps on every Browser until its pod is gone.
 pub const FINALIZER: &str = "browserpod.selenosis.io/finalizer";
+/// Finalizer the Go browser-controller (up to v0.0.x) puts on every BrowserConfig it sees and
+/// removes when the config is deleted. After a switch from it nothing else would: the operator
+/// releases it from BrowserConfigs being deleted (docs/compatibility.md).
+pub const GO_CONFIG_FINALIZER: &str = "browserconfig.selenosis.io/finalizer";
 /// Label carrying the Browser name, on the Browser and on its Pod.
 pub const LABEL_BROWSER: &str = "selenosis.io/browser";
 /// Label carrying `spec.browserName`.

@@ -22,9 +22,10 @@ use jiff::Timestamp;
 use kube_core::{DynamicObject, Resource};
 
 use crate::cached::{CachedBrowser, CachedKinds, CachedPod};
+use crate::lifecycle::capacity::{self, Position};
 use crate::lifecycle::reconcile::{Done, Learnt, Next, Trouble};
 use freshness::{Freshness, Pick, Version};
-use lines::Lines;
+use lines::{Lines, Standing};
 
 /// A Browser: namespace and name.
 pub type Key = (String, String);
@@ -78,6 +79,10 @@ struct Flight {
     /// A relist of the Browsers, of the pods, began meanwhile: what its answers returned may
     /// be in the list, or behind a newer version the list holds, so it is not kept.
     relisted: [bool; 2],
+    /// Where the last watch event meanwhile put the Browser in its line. It is noted when the
+    /// reconcile ends, after what its answers taught: a Browser admitted leaves its line only
+    /// once its owner counts as served, or the next slot could go to the same owner.
+    standing: Option<Option<Standing>>,
 }
 
 /// What a reconcile begins from.
@@ -87,9 +92,8 @@ pub struct Begun {
     pub browser: Option<Arc<DynamicObject>>,
     /// The pod to decide on: `None` when the cache has none (the reconcile reads it).
     pub pod: Option<Arc<DynamicObject>>,
-    /// Browsers of the namespace waiting in line ahead of it, and not handled yet.
-    pub ahead: usize,
-    pub arriving: usize,
+    /// Where it stands in its namespace's line for quota.
+    pub place: Position,
     pub refusals: u32,
 }
 
@@ -171,7 +175,7 @@ impl Index {
                     return work;
                 };
                 work.keys
-                    .extend(self.lines.note(&key, lines::standing(browser)));
+                    .extend(self.stands(&key, lines::standing(browser)));
                 let echo = self.browsers.observe(&key, seen);
                 self.news(key, false, Some(seen.1), echo, &mut work);
             }
@@ -179,7 +183,7 @@ impl Index {
                 let (Some(key), Some((uid, _))) = (key_of(browser), version(browser)) else {
                     return work;
                 };
-                work.keys.extend(self.lines.note(&key, None));
+                work.keys.extend(self.stands(&key, None));
                 self.browsers.forget(&key, uid);
                 self.pods.drop_key(&key);
                 // Its pod, if the cache still has one, may be left behind.
@@ -205,6 +209,18 @@ impl Index {
         self.until_ready(work)
     }
 
+    /// Puts the Browser `key` where a watch event shows it in its line, or, while a reconcile
+    /// of it is under way, keeps that for its end; the first of the line to wake.
+    fn stands(&mut self, key: &Key, stand: Option<Standing>) -> Option<Key> {
+        match self.flights.get_mut(key) {
+            Some(flight) => {
+                flight.standing = Some(stand);
+                None
+            }
+            None => self.lines.note(key, stand),
+        }
+    }
+
     /// Before every cache has its first list, events make no reconcile: the first round
     /// covers what they brought.
     fn until_ready(&self, mut work: Work) -> Work {
@@ -222,6 +238,7 @@ impl Index {
                 let (Some(key), Some(seen)) = (key_of(pod), version(pod)) else {
                     return work;
                 };
+                self.serves(&key, pod);
                 let echo = self.pods.observe(&key, seen);
                 self.news(key, true, Some(seen.1), echo, &mut work);
             }
@@ -233,6 +250,7 @@ impl Index {
             Event::Listing => self.relisting(true),
             Event::Listed(pod) => {
                 if let (Some(key), Some(seen)) = (key_of(pod), version(pod)) {
+                    self.serves(&key, pod);
                     let echo = self.pods.observe(&key, seen);
                     self.listed_during(&key, true, seen.1, echo);
                 }
@@ -243,6 +261,13 @@ impl Index {
             }
         }
         self.until_ready(work)
+    }
+
+    /// The owner of `pod` was served a slot when the pod was created.
+    fn serves(&mut self, key: &Key, pod: &CachedPod) {
+        if let (owner, Some(created)) = pod.served() {
+            self.lines.served(key, owner.map(Box::from), created, false);
+        }
     }
 
     /// A relist of the Browsers (or of the pods) begins: the reconciles under way keep
@@ -291,11 +316,14 @@ impl Index {
 
     /// A reconcile of `key` begins from the Browser and pod the caches hold: what it decides
     /// on. Watch events of `key` are held from now until it ends.
+    /// `quotas`: whether the namespace has ResourceQuotas (without any, and nobody in line,
+    /// its place is not worked out: a burst of thousands would count each other).
     pub fn begin(
         &mut self,
         key: &Key,
         browser: Option<&CachedBrowser>,
         pod: Option<&CachedPod>,
+        quotas: bool,
     ) -> Begun {
         let cached_browser = browser.and_then(version);
         let cached_pod = pod.and_then(version);
@@ -306,6 +334,7 @@ impl Index {
                 pod: cached_pod.map(|(_, v)| v.to_string()),
                 seen: Vec::new(),
                 relisted: [false; 2],
+                standing: None,
             },
         );
         let browser = match (self.browsers.pick(key, cached_browser), browser) {
@@ -318,16 +347,18 @@ impl Index {
             (Pick::Cache, Some(cached)) => Some(Arc::new(cached.to_object(&self.kinds.pod))),
             (Pick::Cache | Pick::Gone, _) => None,
         };
-        let created = browser
-            .as_ref()
-            .and_then(|b| b.metadata.creation_timestamp.as_ref())
-            .map_or(Timestamp::UNIX_EPOCH, |t| t.0);
-        let (ahead, arriving) = self.lines.ahead(key, created);
+        let place = match &browser {
+            Some(b) if quotas || self.lines.first(&key.0).is_some() => {
+                let created = b.metadata.creation_timestamp.as_ref();
+                let created = created.map_or(Timestamp::UNIX_EPOCH, |t| t.0);
+                self.lines.place(key, &capacity::owner_of(b), created)
+            }
+            _ => Position::default(),
+        };
         Begun {
             browser,
             pod,
-            ahead,
-            arriving,
+            place,
             refusals: self.refusals.get(key).copied().unwrap_or(0),
         }
     }
@@ -355,12 +386,23 @@ impl Index {
         self.browsers
             .learn(key, &done.browser, &browsers, !browsers_relisted);
         self.pods.learn(key, &done.pod, &pods, !pods_relisted);
+        for learnt in &done.pod {
+            if let Learnt::Object(pod) = learnt
+                && let Some(created) = &pod.metadata.creation_timestamp
+            {
+                let created_now = pod.metadata.deletion_timestamp.is_none();
+                self.lines
+                    .served(key, capacity::owner_of(pod), created.0, created_now);
+            }
+        }
         let mut work = Work::default();
-        if let Some(last) = done.browser.last() {
-            let stand = match last {
-                Learnt::Object(written) => lines::standing_of(written),
-                Learnt::Gone { .. } => None,
-            };
+        let stand = match done.browser.last() {
+            Some(Learnt::Object(written)) => Some(lines::standing_of(written)),
+            Some(Learnt::Gone { .. }) => Some(None),
+            None if browsers_relisted => None,
+            None => flight.standing.clone(),
+        };
+        if let Some(stand) = stand {
             work.keys.extend(self.lines.note(key, stand));
         }
         match &done.next {
@@ -489,7 +531,7 @@ mod tests {
     fn an_echo_of_the_operators_own_answer_makes_no_reconcile_and_news_does() {
         let mut index = ready();
         let k = key("s1");
-        index.begin(&k, Some(&browser("s1", "1", json!({}))), None);
+        index.begin(&k, Some(&browser("s1", "1", json!({}))), None, true);
         let done = Done {
             browser: vec![answer("s1", "2", json!({"phase": "Pending"}))],
             ..Done::default()
@@ -512,18 +554,18 @@ mod tests {
             ..Done::default()
         };
         // The echoes of its own writes come back before it ends: nothing more to do.
-        index.begin(&k, Some(&browser("s1", "1", json!({}))), None);
+        index.begin(&k, Some(&browser("s1", "1", json!({}))), None, true);
         let echo = browser("s1", "2", json!({"phase": "Pending"}));
         assert_eq!(index.browser(Event::Applied(&echo)), Work::default());
         assert_eq!(index.pod(Event::Applied(&pod("s1", "10"))), Work::default());
         assert_eq!(index.end(&k, &created), Work::default());
         assert_eq!(index.kept(), (0, 0, 0), "the caches caught up");
         // The pod changes meanwhile (the kubelet): reconciled again once it ends.
-        index.begin(&k, Some(&echo), Some(&pod("s1", "10")));
+        index.begin(&k, Some(&echo), Some(&pod("s1", "10")), true);
         assert_eq!(index.pod(Event::Applied(&pod("s1", "11"))), Work::default());
         assert_eq!(keys(index.end(&k, &Done::default())), ["s1"]);
         // A deletion is always news.
-        index.begin(&k, Some(&echo), Some(&pod("s1", "11")));
+        index.begin(&k, Some(&echo), Some(&pod("s1", "11")), true);
         assert_eq!(index.pod(Event::Deleted(&pod("s1", "11"))), Work::default());
         assert_eq!(keys(index.end(&k, &Done::default())), ["s1"]);
     }
@@ -535,7 +577,7 @@ mod tests {
         let b = browser("s1", "1", json!({}));
         // The create's answer (10) comes back during a relist whose list already holds the
         // pod's next version (11): 10 is never delivered, and must not stand in for 11.
-        index.begin(&k, Some(&b), None);
+        index.begin(&k, Some(&b), None, true);
         assert!(!index.pod(Event::Listing).everything);
         index.pod(Event::Listed(&pod("s1", "11")));
         assert!(index.pod(Event::ListDone).everything);
@@ -544,7 +586,7 @@ mod tests {
             ..Done::default()
         };
         index.end(&k, &created);
-        let begun = index.begin(&k, Some(&b), Some(&pod("s1", "11")));
+        let begun = index.begin(&k, Some(&b), Some(&pod("s1", "11")), true);
         assert_eq!(
             begun
                 .pod
@@ -565,13 +607,13 @@ mod tests {
         let mut index = ready();
         let k = key("s1");
         let cached = browser("s1", "1", json!({}));
-        index.begin(&k, Some(&cached), None);
+        index.begin(&k, Some(&cached), None, true);
         let done = Done {
             browser: vec![answer("s1", "2", json!({"phase": "Pending"}))],
             ..Done::default()
         };
         index.end(&k, &done);
-        let begun = index.begin(&k, Some(&cached), None);
+        let begun = index.begin(&k, Some(&cached), None, true);
         let version = |b: &Begun| {
             b.browser
                 .as_ref()
@@ -585,9 +627,9 @@ mod tests {
             }],
             ..Done::default()
         };
-        index.begin(&k, Some(&cached), None);
+        index.begin(&k, Some(&cached), None, true);
         index.end(&k, &gone);
-        assert!(index.begin(&k, Some(&cached), None).browser.is_none());
+        assert!(index.begin(&k, Some(&cached), None, true).browser.is_none());
     }
 
     #[test]
@@ -621,9 +663,9 @@ mod tests {
             (&failed, 2),
             (&Done::default(), 0),
         ] {
-            index.begin(&k, Some(&b), None);
+            index.begin(&k, Some(&b), None, true);
             index.end(&k, done);
-            assert_eq!(index.begin(&k, Some(&b), None).refusals, then);
+            assert_eq!(index.begin(&k, Some(&b), None, true).refusals, then);
             index.end(&k, &failed);
         }
     }
@@ -643,23 +685,61 @@ mod tests {
         assert_eq!(index.first_in_line("ns"), Some(key("a")));
         // b is put in line by its own status write: a is woken, b counts behind it.
         let k = key("b");
-        index.begin(&k, Some(&browser("b", "1", json!({}))), None);
+        index.begin(&k, Some(&browser("b", "1", json!({}))), None, true);
         let done = Done {
             browser: vec![answer("b", "2", queued("waiting"))],
             ..Done::default()
         };
         assert_eq!(keys(index.end(&k, &done)), ["a"]);
-        assert_eq!(
-            index
-                .begin(&k, Some(&browser("b", "1", json!({}))), None)
-                .ahead,
-            1
-        );
+        let begun = index.begin(&k, Some(&browser("b", "1", json!({}))), None, true);
+        assert_eq!((begun.place.ahead, begun.place.owners), (1, 1));
         index.end(&k, &Done::default());
         // a leaves the line (admitted): b is the first, woken.
         let admitted = browser("a", "2", json!({"phase": "Pending"}));
         let work = index.browser(Event::Applied(&admitted));
         assert_eq!(keys(work), ["b", "a"]);
         assert_eq!(index.firsts_in_line(), [key("b")]);
+    }
+    #[test]
+    fn an_admitted_browser_leaves_its_line_when_its_reconcile_ends_after_its_owner_is_served() {
+        let mut index = ready();
+        let of = |name: &str, owner: &str, version: &str, status: Value| -> CachedBrowser {
+            let mut object = object(name, version, status);
+            object["metadata"]["labels"] = json!({"selenosis.io/owner": owner});
+            serde_json::from_value(object).unwrap()
+        };
+        let queued = json!({"phase": "Pending", "reason": "Queued", "conditions": [
+            {"type": "Ready", "status": "False", "reason": "Queued",
+             "lastTransitionTime": "2026-11-28T10:00:01Z"}]});
+        for (name, owner) in [("a0", "A"), ("a1", "A"), ("b0", "B")] {
+            index.browser(Event::Applied(&of(name, owner, "1", queued.clone())));
+        }
+        // Both were served in the same second, B after A: A's turn.
+        let served = |name: &str, owner: &str| -> CachedPod {
+            let mut object = object(name, "1", json!({"phase": "Running"}));
+            object["metadata"]["labels"] = json!({"selenosis.io/owner": owner});
+            serde_json::from_value(object).unwrap()
+        };
+        index.pod(Event::Applied(&served("a-old", "A")));
+        index.pod(Event::Applied(&served("b-old", "B")));
+        assert_eq!(index.first_in_line("ns"), Some(key("a0")));
+        let k = key("a0");
+        index.begin(&k, Some(&of("a0", "A", "1", queued.clone())), None, true);
+        // Its admission seen by the watch while the reconcile still runs: nobody is woken yet.
+        let admitted = json!({"phase": "Pending"});
+        let work = index.browser(Event::Applied(&of("a0", "A", "2", admitted.clone())));
+        assert_eq!(keys(work), Vec::<String>::new());
+        // It ends with its pod created: A counts as served, and B's first is woken, not a1.
+        let mut pod = object("a0", "1", json!({"phase": "Pending"}));
+        pod["metadata"]["labels"] = json!({"selenosis.io/owner": "A"});
+        let done = Done {
+            pod: vec![Learnt::Object(Box::new(
+                serde_json::from_value(pod).unwrap(),
+            ))],
+            browser: vec![answer("a0", "2", admitted)],
+            ..Done::default()
+        };
+        assert_eq!(keys(index.end(&k, &done)), ["b0"]);
+        assert_eq!(index.first_in_line("ns"), Some(key("b0")));
     }
 }

@@ -5,14 +5,55 @@
 //! `decide`.
 
 use std::fmt;
+use std::sync::OnceLock;
 
 use jiff::Timestamp;
+use kube_core::DynamicObject;
 use kube_quantity::ParsedQuantity;
 use serde_json::Value;
 
 use super::reason::Reason;
 use crate::api::browser::Phase;
+use crate::api::keys;
 use crate::duration;
+
+/// The label that names a Browser's owner for fair share (`--fair-share-label`); set once at
+/// start-up, before any object is cached.
+static OWNER_LABEL: OnceLock<String> = OnceLock::new();
+
+/// Sets the owner label; later calls change nothing.
+pub fn set_owner_label(label: &str) {
+    let _ = OWNER_LABEL.set(label.to_string());
+}
+
+/// The owner label: [`set_owner_label`]'s, or `selenosis.io/owner`.
+pub fn owner_label() -> &'static str {
+    OWNER_LABEL.get().map_or(keys::LABEL_OWNER, String::as_str)
+}
+
+/// An owner: its owner label's value; `None` is the anonymous owner, which Browsers without
+/// the label share.
+pub type Owner = Option<Box<str>>;
+
+/// The owner of a Browser (or of its pod, which carries its labels).
+pub fn owner_of(object: &DynamicObject) -> Owner {
+    let labels = object.metadata.labels.as_ref()?;
+    labels.get(owner_label()).map(|o| Box::from(o.as_str()))
+}
+
+/// Where a Browser stands in its namespace's line, or would once it joins.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Position {
+    /// Browsers of the namespace before it in line, every owner's: nobody overtakes them.
+    pub ahead: usize,
+    /// Browsers of the namespace created before it that the operator has not handled yet (no
+    /// status phase): they come first if the quotas have room for only some.
+    pub arriving: usize,
+    /// Its place among its owner's Browsers in line, from 1.
+    pub of_owner: usize,
+    /// Owners with Browsers in line, its own counted.
+    pub owners: usize,
+}
 
 /// A quota without room for a pod: its name and each resource that would go over.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -201,23 +242,36 @@ pub fn ordinal(n: usize) -> String {
 /// The message of a waiting Browser: `waiting for quota team-a (pods 2/2), 3rd in line`;
 /// without a quota known to be full (the Browsers ahead wait for it), `waiting for quota, 3rd
 /// in line`.
-pub fn waiting_message(exhausted: Option<&Exhausted>, position: usize) -> String {
-    match exhausted {
-        Some(exhausted) => format!(
-            "waiting for quota {exhausted}, {} in line",
-            ordinal(position)
-        ),
-        None => format!("waiting for quota, {} in line", ordinal(position)),
+pub fn waiting_message(exhausted: Option<&Exhausted>, at: &Position, owner: &Owner) -> String {
+    let quota = match exhausted {
+        Some(exhausted) => format!("waiting for quota {exhausted}"),
+        None => "waiting for quota".to_string(),
+    };
+    if at.owners <= 1 {
+        return format!("{quota}, {} in line", ordinal(at.ahead + at.arriving + 1));
     }
+    let whose = match owner {
+        Some(owner) => format!("owner {owner}"),
+        None => "Browsers without an owner".to_string(),
+    };
+    format!(
+        "{quota}, {} in line for {whose}, {} owners waiting",
+        ordinal(at.of_owner),
+        at.owners
+    )
 }
 
 /// The failure message of a Browser that waited `timeout` in vain, from its waiting message:
 /// `gave up waiting for quota team-a (pods 2/2) after 2m0s (--queue-timeout)`.
 pub fn gave_up_message(waiting: &str, timeout: std::time::Duration) -> String {
-    let what = waiting
-        .strip_prefix("waiting for ")
-        .and_then(|rest| rest.rsplit_once(", ").map(|(what, _)| what))
-        .unwrap_or("quota");
+    // The place follows the quota: `, 3rd in line` or `, 2nd in line for owner bob, …` (a
+    // resource of the quota, `, cpu 4/4`, never starts with a digit).
+    let what = waiting.strip_prefix("waiting for ").and_then(|rest| {
+        rest.match_indices(", ")
+            .find(|(at, sep)| rest[at + sep.len()..].starts_with(|c: char| c.is_ascii_digit()))
+            .map(|(at, _)| &rest[..at])
+    });
+    let what = what.unwrap_or("quota");
     format!(
         "gave up waiting for {what} after {} (--queue-timeout)",
         duration::format(timeout)
@@ -372,7 +426,11 @@ mod tests {
             quota: "team-a".into(),
             resources: vec![("pods".into(), "50".into(), "50".into())],
         };
-        let waiting = waiting_message(Some(&exhausted), 3);
+        let third = Position {
+            ahead: 2,
+            ..Position::default()
+        };
+        let waiting = waiting_message(Some(&exhausted), &third, &None);
         assert_eq!(
             waiting,
             "waiting for quota team-a (pods 50/50), 3rd in line"
@@ -383,10 +441,40 @@ mod tests {
         );
         assert_eq!(
             gave_up_message(
-                &waiting_message(None, 1),
+                &waiting_message(None, &Position::default(), &None),
                 std::time::Duration::from_secs(90)
             ),
             "gave up waiting for quota after 1m30s (--queue-timeout)"
+        );
+    }
+
+    #[test]
+    fn with_several_owners_the_message_names_the_place_in_the_owners_line() {
+        let exhausted = Exhausted {
+            quota: "team-a".into(),
+            resources: vec![
+                ("pods".into(), "10".into(), "10".into()),
+                ("requests.cpu".into(), "4".into(), "4".into()),
+            ],
+        };
+        let at = Position {
+            ahead: 7,
+            arriving: 0,
+            of_owner: 2,
+            owners: 3,
+        };
+        let bob = waiting_message(Some(&exhausted), &at, &Some("bob".into()));
+        assert_eq!(
+            bob,
+            "waiting for quota team-a (pods 10/10, requests.cpu 4/4), 2nd in line for owner bob, 3 owners waiting"
+        );
+        assert_eq!(
+            waiting_message(None, &at, &None),
+            "waiting for quota, 2nd in line for Browsers without an owner, 3 owners waiting"
+        );
+        assert_eq!(
+            gave_up_message(&bob, std::time::Duration::from_secs(60)),
+            "gave up waiting for quota team-a (pods 10/10, requests.cpu 4/4) after 1m0s (--queue-timeout)"
         );
     }
 }

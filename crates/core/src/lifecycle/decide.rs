@@ -10,7 +10,7 @@ use jiff::{SignedDuration, Timestamp};
 use kube_core::DynamicObject;
 use serde_json::Value;
 
-use super::capacity::{self, Exhausted, QuotaRefusal};
+use super::capacity::{self, Exhausted, Position, QuotaRefusal};
 use super::plan::{Event, LeftLine, Plan, PodAdoption, PodCreation, PodDelete, Settings};
 use super::reason::Reason;
 use super::status::{self, Failure, StatusBuilder};
@@ -50,11 +50,8 @@ pub struct Observed<'a> {
 /// queue").
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Line<'a> {
-    /// Browsers of the namespace waiting in line that were created before this one.
-    pub ahead: usize,
-    /// Browsers of the namespace created before this one that the operator has not handled
-    /// yet (no status phase): they come first if the quotas have room for only some.
-    pub arriving: usize,
+    /// Where the Browser stands, or would once it joins.
+    pub place: Position,
     /// The namespace's ResourceQuotas.
     pub quotas: &'a [Value],
 }
@@ -272,9 +269,9 @@ fn without_pod(
         }
     };
     if !settings.queue_timeout.is_zero() {
-        let earlier = u64::try_from(obs.line.arriving).unwrap_or(u64::MAX);
+        let earlier = u64::try_from(obs.line.place.arriving).unwrap_or(u64::MAX);
         let room = capacity::room(obs.line.quotas, &pod, earlier.saturating_add(1));
-        if obs.line.ahead > 0 || room.is_err() {
+        if obs.line.place.ahead > 0 || room.is_err() {
             if queued.is_none() {
                 join_line(plan, obs, settings, room.err().as_ref());
             }
@@ -330,7 +327,8 @@ fn waited(obs: &Observed, since: Timestamp) -> Duration {
 /// The Browser starts waiting in line: `Pending` with reason `Queued`, the quota and its
 /// place in the message, one Event; looked at again at its timeout, or when the line moves.
 fn join_line(plan: &mut Plan, obs: &Observed, settings: &Settings, exhausted: Option<&Exhausted>) {
-    let message = capacity::waiting_message(exhausted, obs.line.ahead + obs.line.arriving + 1);
+    let owner = capacity::owner_of(obs.browser);
+    let message = capacity::waiting_message(exhausted, &obs.line.place, &owner);
     let waiting = Failure::new(Reason::Queued, message.clone());
     set_status(plan, obs, obs.builder().queued(&waiting));
     plan.events.push(Event {
@@ -379,10 +377,8 @@ pub fn refused_by_quota(obs: &Observed, settings: &Settings, message: &str) -> P
         }
         Some(since) => {
             // Still waiting: the message shows what the quota said this time; no new Event.
-            let message = capacity::waiting_message(
-                exhausted.as_ref(),
-                obs.line.ahead + obs.line.arriving + 1,
-            );
+            let owner = capacity::owner_of(obs.browser);
+            let message = capacity::waiting_message(exhausted.as_ref(), &obs.line.place, &owner);
             let waiting = Failure::new(Reason::Queued, message);
             set_status(&mut plan, obs, obs.builder().queued(&waiting));
             plan.requeue_at(obs.now, after(since, settings.queue_timeout));
@@ -817,8 +813,11 @@ mod tests {
                 now: t(now),
                 link_regained: None,
                 line: Line {
-                    ahead,
-                    arriving: 0,
+                    place: Position {
+                        ahead,
+                        arriving: 0,
+                        ..Position::default()
+                    },
                     quotas,
                 },
             },
@@ -869,8 +868,11 @@ mod tests {
             now: t("2026-11-22T10:00:02Z"),
             link_regained: None,
             line: Line {
-                ahead: 0,
-                arriving,
+                place: Position {
+                    ahead: 0,
+                    arriving,
+                    ..Position::default()
+                },
                 quotas: &quotas,
             },
         };
@@ -948,8 +950,11 @@ mod tests {
                 now: t("2026-11-22T10:00:02Z"),
                 link_regained: None,
                 line: Line {
-                    ahead: 3,
-                    arriving: 0,
+                    place: Position {
+                        ahead: 3,
+                        arriving: 0,
+                        ..Position::default()
+                    },
                     quotas: &[],
                 },
             },
@@ -979,8 +984,11 @@ mod tests {
             now: t("2026-11-22T10:00:02Z"),
             link_regained: None,
             line: Line {
-                ahead: 2,
-                arriving: 0,
+                place: Position {
+                    ahead: 2,
+                    arriving: 0,
+                    ..Position::default()
+                },
                 quotas: &[pods_quota(2, 2)],
             },
         };
@@ -1004,8 +1012,11 @@ mod tests {
             now: t("2026-11-22T10:00:30Z"),
             link_regained: None,
             line: Line {
-                ahead: 0,
-                arriving: 0,
+                place: Position {
+                    ahead: 0,
+                    arriving: 0,
+                    ..Position::default()
+                },
                 quotas: &[],
             },
         };

@@ -208,23 +208,28 @@ pub fn delete_browser(browser: &DynamicObject) -> Request {
 /// change of the list (or a finalizer of another manager) is never lost or clobbered; `None`
 /// when the Browser does not carry it.
 pub fn release_finalizer(browser: &DynamicObject) -> Option<Request> {
-    let index = browser
+    Some(write(
+        Write::ReleaseFinalizer,
+        Target::Browser,
+        Call::Patch(without_finalizer(browser, keys::FINALIZER)?),
+    ))
+}
+
+/// The JSON patch that removes `finalizer` from `object`, guarded by `test` (the list may have
+/// changed since); `None` when the object does not carry it.
+pub fn without_finalizer(object: &DynamicObject, finalizer: &str) -> Option<json_patch::Patch> {
+    let index = object
         .metadata
         .finalizers
         .as_ref()?
         .iter()
-        .position(|f| f == keys::FINALIZER)?;
+        .position(|f| f == finalizer)?;
     let path = format!("/metadata/finalizers/{index}");
-    let patch = serde_json::from_value(json!([
-        {"op": "test", "path": path, "value": keys::FINALIZER},
+    serde_json::from_value(json!([
+        {"op": "test", "path": path, "value": finalizer},
         {"op": "remove", "path": path},
     ]))
-    .ok()?;
-    Some(write(
-        Write::ReleaseFinalizer,
-        Target::Browser,
-        Call::Patch(patch),
-    ))
+    .ok()
 }
 
 pub fn read_pod() -> Request {

@@ -25,6 +25,13 @@ const INJECTOR_DOMAINS: [&str; 6] = [
 /// brings to its pod.
 pub const HUB_LABELS: [&str; 1] = [crate::api::keys::LABEL_OWNER];
 
+/// Whether `key` is a label a Browser always brings to its pod: the hub's attribution, and
+/// the owner label of fair share (`--fair-share-label`), by which a pod tells whose slot it
+/// holds.
+pub fn attribution(key: &str) -> bool {
+    HUB_LABELS.contains(&key) || key == crate::lifecycle::capacity::owner_label()
+}
+
 /// The fence and the ceiling, as the flags set them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Policy {
@@ -106,7 +113,7 @@ impl Fence {
 
     /// Whether a label of the Browser passes to its pod.
     pub fn passes_browser_label(&self, key: &str) -> bool {
-        HUB_LABELS.contains(&key) || self.reserved_label(key).is_none()
+        attribution(key) || self.reserved_label(key).is_none()
     }
 
     /// Whether an annotation of the Browser passes to its pod.

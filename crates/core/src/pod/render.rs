@@ -12,7 +12,7 @@ use crate::api::keys::{
 };
 use crate::names;
 use crate::pod::options::{self, OptionsError, SessionOptions};
-use crate::pod::policy::{HUB_LABELS, Policy};
+use crate::pod::policy::{Policy, attribution};
 use crate::pod::security;
 
 /// Entry fields of the browser container, in the order they are written.
@@ -148,7 +148,7 @@ pub fn render_pod(input: &RenderInput) -> Result<Value, RenderError> {
             labels.insert(key.clone(), Value::String(value.clone()));
         }
     }
-    for (key, value) in browser_labels.filter(|(key, _)| HUB_LABELS.contains(&key.as_str())) {
+    for (key, value) in browser_labels.filter(|(key, _)| attribution(key)) {
         labels.insert(key.clone(), Value::String(value.clone()));
     }
 
