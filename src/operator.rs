@@ -14,15 +14,14 @@ use kube::runtime::events::{Recorder, Reporter};
 use tokio::sync::watch;
 use tracing::{error, info, warn};
 
-use crate::api::keys;
 use crate::api::kinds::Kinds;
+use crate::api::{keys, owner};
 use crate::cli::{ListenAddr, RunArgs};
 use crate::controller::config::Validation;
 use crate::controller::discovery::{self, DiscoveryError};
 use crate::controller::openapi::PodSchemas;
 use crate::controller::{self, Shared, SharedParts};
 use crate::leader::{Election, LeaderError, LostLease, Role};
-use crate::lifecycle::capacity;
 use crate::lifecycle::plan::Settings;
 use crate::link::error::{self as api_error, describe};
 use crate::link::{self, Link};
@@ -493,7 +492,7 @@ async fn shared(
     metrics: Arc<Metrics>,
 ) -> (Arc<Shared>, Recorder) {
     // Before any Browser is cached: the caches keep each one's owner apart.
-    capacity::set_owner_label(&args.fair_share_label);
+    owner::set_label(&args.fair_share_label);
     let instance = std::env::var("POD_NAME")
         .or_else(|_| std::env::var("HOSTNAME"))
         .unwrap_or_else(|_| "browser-controller".into());

@@ -94,7 +94,7 @@ impl Meta {
 /// owner).
 fn owner(labels: Option<&BTreeMap<String, String>>) -> Option<Box<str>> {
     labels?
-        .get(capacity::owner_label())
+        .get(crate::api::owner::label())
         .map(|o| Box::from(o.as_str()))
 }
 
@@ -200,7 +200,7 @@ pub struct CachedBrowser {
     created: Option<Timestamp>,
     /// When it started waiting in line for quota, while it waits.
     queued_since: Option<Timestamp>,
-    /// Its owner label's value (`owner_label`).
+    /// Its owner label's value (`api::owner::label`).
     owner: Option<Box<str>>,
 }
 

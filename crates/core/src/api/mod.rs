@@ -5,6 +5,8 @@
 pub mod apply;
 pub mod browser;
 pub mod crd;
+pub mod finalizers;
 pub mod keys;
 pub mod kinds;
+pub mod owner;
 pub mod status;

@@ -9,14 +9,13 @@
 
 use kube_core::DynamicObject;
 
-use crate::api::keys;
-use crate::lifecycle::request;
+use crate::api::{finalizers, keys};
 
 /// The JSON patch that releases the Go controller's finalizer from `config`, when `config` is
 /// being deleted and still carries it.
 pub fn go_finalizer_release(config: &DynamicObject) -> Option<json_patch::Patch> {
     config.metadata.deletion_timestamp.as_ref()?;
-    request::without_finalizer(config, keys::GO_CONFIG_FINALIZER)
+    finalizers::without(config, keys::GO_CONFIG_FINALIZER)
 }
 
 #[cfg(test)]

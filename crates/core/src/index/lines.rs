@@ -1,6 +1,6 @@
 //! The lines of the capacity queue (docs/behaviour.md, "Capacity queue"), one per namespace:
 //! the Browsers waiting for quota, as the Browser watch and the operator's own status writes
-//! show them. Owners (the value of the owner label, `capacity::owner_label`; Browsers without it
+//! show them. Owners (the value of the owner label, `api::owner::label`; Browsers without it
 //! share one anonymous owner) take turns: the owner served a slot least recently goes first,
 //! then the one whose first Browser waits longest; each owner's Browsers go in their creation
 //! order. A reconcile asks where its Browser stands (nobody overtakes those ahead of it); when
@@ -20,8 +20,9 @@ use serde_json::Value;
 
 use super::Key;
 use crate::api::browser::StatusView;
+use crate::api::owner::{self, Owner};
 use crate::cached::CachedBrowser;
-use crate::lifecycle::capacity::{self, Owner, Position, owner_of};
+use crate::lifecycle::capacity::{self, Position};
 
 /// A place: creation time, then name.
 type Place = (Timestamp, String);
@@ -57,7 +58,7 @@ pub fn standing_of(browser: &DynamicObject) -> Option<Standing> {
     if browser.metadata.deletion_timestamp.is_some() {
         None
     } else if capacity::queued_since(status, Some(created)).is_some() {
-        let owner = owner_of(browser);
+        let owner = owner::of(browser);
         Some(Standing::Waiting { created, owner })
     } else if StatusView::new(status).phase_as_written().is_none() {
         Some(Standing::Arriving { created })

@@ -21,8 +21,9 @@ use std::sync::Arc;
 use jiff::Timestamp;
 use kube_core::{DynamicObject, Resource};
 
+use crate::api::owner;
 use crate::cached::{CachedBrowser, CachedKinds, CachedPod};
-use crate::lifecycle::capacity::{self, Position};
+use crate::lifecycle::capacity::Position;
 use crate::lifecycle::reconcile::{Done, Learnt, Next, Trouble};
 use freshness::{Freshness, Pick, Version};
 use lines::{Lines, Standing};
@@ -351,7 +352,7 @@ impl Index {
             Some(b) if quotas || self.lines.first(&key.0).is_some() => {
                 let created = b.metadata.creation_timestamp.as_ref();
                 let created = created.map_or(Timestamp::UNIX_EPOCH, |t| t.0);
-                self.lines.place(key, &capacity::owner_of(b), created)
+                self.lines.place(key, &owner::of(b), created)
             }
             _ => Position::default(),
         };
@@ -392,7 +393,7 @@ impl Index {
             {
                 let created_now = pod.metadata.deletion_timestamp.is_none();
                 self.lines
-                    .served(key, capacity::owner_of(pod), created.0, created_now);
+                    .served(key, owner::of(pod), created.0, created_now);
             }
         }
         let mut work = Work::default();

@@ -5,41 +5,15 @@
 //! `decide`.
 
 use std::fmt;
-use std::sync::OnceLock;
 
 use jiff::Timestamp;
-use kube_core::DynamicObject;
 use kube_quantity::ParsedQuantity;
 use serde_json::Value;
 
 use super::reason::Reason;
 use crate::api::browser::Phase;
-use crate::api::keys;
+use crate::api::owner::Owner;
 use crate::duration;
-
-/// The label that names a Browser's owner for fair share (`--fair-share-label`); set once at
-/// start-up, before any object is cached.
-static OWNER_LABEL: OnceLock<String> = OnceLock::new();
-
-/// Sets the owner label; later calls change nothing.
-pub fn set_owner_label(label: &str) {
-    let _ = OWNER_LABEL.set(label.to_string());
-}
-
-/// The owner label: [`set_owner_label`]'s, or `selenosis.io/owner`.
-pub fn owner_label() -> &'static str {
-    OWNER_LABEL.get().map_or(keys::LABEL_OWNER, String::as_str)
-}
-
-/// An owner: its owner label's value; `None` is the anonymous owner, which Browsers without
-/// the label share.
-pub type Owner = Option<Box<str>>;
-
-/// The owner of a Browser (or of its pod, which carries its labels).
-pub fn owner_of(object: &DynamicObject) -> Owner {
-    let labels = object.metadata.labels.as_ref()?;
-    labels.get(owner_label()).map(|o| Box::from(o.as_str()))
-}
 
 /// Where a Browser stands in its namespace's line, or would once it joins.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -16,6 +16,7 @@ use super::reason::Reason;
 use super::status::{self, Failure, StatusBuilder};
 use crate::api::browser::{Browser, Phase, SpecField};
 use crate::api::keys;
+use crate::api::owner;
 use crate::api::status::BrowserStatus;
 use crate::duration;
 use crate::names;
@@ -327,7 +328,7 @@ fn waited(obs: &Observed, since: Timestamp) -> Duration {
 /// The Browser starts waiting in line: `Pending` with reason `Queued`, the quota and its
 /// place in the message, one Event; looked at again at its timeout, or when the line moves.
 fn join_line(plan: &mut Plan, obs: &Observed, settings: &Settings, exhausted: Option<&Exhausted>) {
-    let owner = capacity::owner_of(obs.browser);
+    let owner = owner::of(obs.browser);
     let message = capacity::waiting_message(exhausted, &obs.line.place, &owner);
     let waiting = Failure::new(Reason::Queued, message.clone());
     set_status(plan, obs, obs.builder().queued(&waiting));
@@ -377,7 +378,7 @@ pub fn refused_by_quota(obs: &Observed, settings: &Settings, message: &str) -> P
         }
         Some(since) => {
             // Still waiting: the message shows what the quota said this time; no new Event.
-            let owner = capacity::owner_of(obs.browser);
+            let owner = owner::of(obs.browser);
             let message = capacity::waiting_message(exhausted.as_ref(), &obs.line.place, &owner);
             let waiting = Failure::new(Reason::Queued, message);
             set_status(&mut plan, obs, obs.builder().queued(&waiting));

@@ -211,25 +211,8 @@ pub fn release_finalizer(browser: &DynamicObject) -> Option<Request> {
     Some(write(
         Write::ReleaseFinalizer,
         Target::Browser,
-        Call::Patch(without_finalizer(browser, keys::FINALIZER)?),
+        Call::Patch(crate::api::finalizers::without(browser, keys::FINALIZER)?),
     ))
-}
-
-/// The JSON patch that removes `finalizer` from `object`, guarded by `test` (the list may have
-/// changed since); `None` when the object does not carry it.
-pub fn without_finalizer(object: &DynamicObject, finalizer: &str) -> Option<json_patch::Patch> {
-    let index = object
-        .metadata
-        .finalizers
-        .as_ref()?
-        .iter()
-        .position(|f| f == finalizer)?;
-    let path = format!("/metadata/finalizers/{index}");
-    serde_json::from_value(json!([
-        {"op": "test", "path": path, "value": finalizer},
-        {"op": "remove", "path": path},
-    ]))
-    .ok()
 }
 
 pub fn read_pod() -> Request {

@@ -29,7 +29,7 @@ pub const HUB_LABELS: [&str; 1] = [crate::api::keys::LABEL_OWNER];
 /// the owner label of fair share (`--fair-share-label`), by which a pod tells whose slot it
 /// holds.
 pub fn attribution(key: &str) -> bool {
-    HUB_LABELS.contains(&key) || key == crate::lifecycle::capacity::owner_label()
+    HUB_LABELS.contains(&key) || key == crate::api::owner::label()
 }
 
 /// The fence and the ceiling, as the flags set them.
