@@ -152,7 +152,11 @@ fn expected_in_watched_namespaces() -> BTreeSet<Triple> {
         ),
         triples(&browser_groups, &["browsers/status"], &["patch"]),
         triples(&browser_groups, &["browsers/finalizers"], &["update"]),
-        triples(&config_groups, &["browserconfigs"], &["list", "watch"]),
+        triples(
+            &config_groups,
+            &["browserconfigs"],
+            &["list", "watch", "patch"],
+        ),
         triples(&config_groups, &["browserconfigs/status"], &["patch"]),
         triples(
             &[""],
