@@ -90,14 +90,6 @@ impl Meta {
     }
 }
 
-/// The owner of an object from its labels: the owner label's value, or none (the anonymous
-/// owner).
-fn owner(labels: Option<&BTreeMap<String, String>>) -> Option<Box<str>> {
-    labels?
-        .get(crate::api::owner::label())
-        .map(|o| Box::from(o.as_str()))
-}
-
 /// The dictionaries cached Browsers and pods are packed against.
 static BROWSERS: Dictionary = Dictionary::new();
 static PODS: Dictionary = Dictionary::new();
@@ -224,7 +216,7 @@ impl<'de> Deserialize<'de> for CachedBrowser {
         let created = wire.metadata.creation_timestamp.as_ref().map(|t| t.0);
         Ok(CachedBrowser {
             created,
-            owner: owner(wire.metadata.labels.as_ref()),
+            owner: crate::api::owner::of_labels(wire.metadata.labels.as_ref()),
             queued_since: capacity::queued_since(&wire.status, created)
                 .filter(|_| wire.metadata.deletion_timestamp.is_none()),
             browser_name: valid(SpecField::BrowserName),
@@ -423,7 +415,7 @@ impl<'de> Deserialize<'de> for CachedPod {
         let pod = whole(&wire.metadata, &wire.spec, &wire.status);
         Ok(CachedPod {
             progress: lane::progress(&pod),
-            owner: owner(wire.metadata.labels.as_ref()),
+            owner: crate::api::owner::of_labels(wire.metadata.labels.as_ref()),
             created: wire.metadata.creation_timestamp.as_ref().map(|t| t.0),
             text: Packed::new(&pod.to_string(), &PODS),
             metadata: wire.metadata.identity(),

@@ -1,6 +1,7 @@
 //! The owner of a Browser for fair share in the capacity queue (docs/behaviour.md, "Capacity
 //! queue"): the value of the label `--fair-share-label` names, `selenosis.io/owner` unless set.
 
+use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
 use kube_core::DynamicObject;
@@ -27,6 +28,10 @@ pub type Owner = Option<Box<str>>;
 
 /// The owner of a Browser (or of its pod, which carries its labels).
 pub fn of(object: &DynamicObject) -> Owner {
-    let labels = object.metadata.labels.as_ref()?;
-    labels.get(label()).map(|o| Box::from(o.as_str()))
+    of_labels(object.metadata.labels.as_ref())
+}
+
+/// The owner an object's `labels` name.
+pub fn of_labels(labels: Option<&BTreeMap<String, String>>) -> Owner {
+    labels?.get(label()).map(|o| Box::from(o.as_str()))
 }
