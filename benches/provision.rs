@@ -110,6 +110,11 @@ struct Args {
     /// Browsers created in the operator run (and bare pods in the baseline).
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
     browsers: u32,
+    /// Bare pods and ideal-client Browsers of the reference phases (default: --browsers): a
+    /// burst of 50 000 for the operator measured without three more bursts of that size. The
+    /// ratios then compare runs of unequal sizes.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    reference_browsers: Option<u32>,
     /// Client requests in flight at once (baseline pods, Browser creates and deletes).
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
     concurrency: u32,
@@ -261,6 +266,8 @@ fn tolerate<T>(result: Result<T, kube::Error>, code: u16, action: &str) -> Resul
 /// The effective sizes: `--smoke` shrinks everything to seconds.
 struct Plan {
     browsers: usize,
+    /// Size of the bare pods' and the ideal client's phases.
+    reference: usize,
     concurrency: usize,
     rate: Option<f64>,
     idle: Vec<usize>,
@@ -296,6 +303,7 @@ impl From<&Args> for Plan {
         idle.sort_unstable();
         let mut plan = Plan {
             browsers: args.browsers as usize,
+            reference: args.reference_browsers.unwrap_or(args.browsers) as usize,
             concurrency: args.concurrency as usize,
             rate: args.rate,
             idle,
@@ -327,6 +335,7 @@ impl From<&Args> for Plan {
         };
         if args.smoke {
             plan.browsers = 10;
+            plan.reference = 10;
             plan.concurrency = plan.concurrency.min(8);
             plan.idle = vec![10];
             plan.idle_window = Duration::from_millis(300);
@@ -1221,6 +1230,7 @@ async fn bench(
         operator: launch.describe(),
         writes,
         browsers: plan.browsers,
+        reference: plan.reference,
         concurrency: plan.concurrency,
         rate: plan.rate,
         step_delay: plan.step_delay,
@@ -1382,7 +1392,7 @@ async fn warm_up(ctx: &Ctx<'_>) -> Result<(), BenchError> {
 
 /// The limit: N bare pods of the same shape, server-side applied at the same concurrency.
 async fn baseline(ctx: &Ctx<'_>) -> Result<Baseline, BenchError> {
-    let n = ctx.plan.browsers;
+    let n = ctx.plan.reference;
     let pods = ctx.pods();
     let names = names("base-", 0..n);
     let params = PatchParams::apply("bench").force();
@@ -1451,7 +1461,7 @@ async fn ideal(
     runtime: &Handle,
     prefix: &str,
 ) -> Result<Ideal, BenchError> {
-    let n = ctx.plan.browsers;
+    let n = ctx.plan.reference;
     let names = names(prefix, 0..n);
     let mut client = IdealClient::start(
         backend,

@@ -20,6 +20,8 @@ pub struct Setup {
     /// Where the operator's writes are counted from.
     pub writes: String,
     pub browsers: usize,
+    /// Bare pods and ideal-client Browsers, when not `browsers`.
+    pub reference: usize,
     pub concurrency: usize,
     pub rate: Option<f64>,
     pub step_delay: Duration,
@@ -485,8 +487,8 @@ impl Report {
         );
         let _ = writeln!(
             out,
-            "  load          {n} Browsers (and bare pods), client concurrency {}, {rate}; operator --max-workers {workers}; {} worker threads for each runtime",
-            s.concurrency, s.threads
+            "  load          {n} Browsers ({} bare pods and ideal-client Browsers), client concurrency {}, {rate}; operator --max-workers {workers}; {} worker threads for each runtime",
+            s.reference, s.concurrency, s.threads
         );
         let order = match (s.warm_phase, s.operator_first) {
             (false, false) => None,
@@ -1033,6 +1035,7 @@ impl Report {
                 "operator": s.operator,
                 "writes_counted_from": s.writes,
                 "browsers": s.browsers,
+                "reference_browsers": s.reference,
                 "concurrency": s.concurrency,
                 "rate_per_second": s.rate,
                 "kubelet_step_delay_ms": ms(s.step_delay),

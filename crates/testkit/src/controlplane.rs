@@ -370,6 +370,9 @@ impl ControlPlane {
             write(&policy, AUDIT_POLICY)?;
             args.push(format!("--audit-policy-file={}", p(&policy)));
             args.push(format!("--audit-log-path={}", p(&plane.audit_log())));
+            // The default rotates the log at 100 MB, which a burst of 50 000 exceeds: the
+            // writes of the rotated part would go uncounted.
+            args.push("--audit-log-maxsize=1000000".to_string());
         }
         *plane.apiserver_child() = Some(spawn(
             &assets.kube_apiserver,
