@@ -299,9 +299,12 @@ impl Scope {
     /// A reconcile of `key` begins: what it decides on (`quotas`: whether its namespace has
     /// ResourceQuotas).
     pub fn begin(&self, key: &Key, quotas: bool) -> Begun {
+        // The caches are read under the index's lock: an event reaches its cache before the
+        // index, so a copy read before the lock may be older than an echo the index has just
+        // taken as the cache catching up (a repeated write would follow).
+        let mut index = self.index();
         let (browser, pod) = (self.browser(key), self.pod(key));
-        self.index()
-            .begin(key, browser.as_deref(), pod.as_deref(), quotas)
+        index.begin(key, browser.as_deref(), pod.as_deref(), quotas)
     }
 
     /// The reconcile of `key` ended with `done`: what its answers taught goes to the index,

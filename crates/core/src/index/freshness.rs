@@ -88,23 +88,36 @@ impl Freshness {
         }
     }
 
-    /// A watch event (or an object a relist found) showed `version` of `key`: whether it is
-    /// an echo of the operator's own answers. The echo of the newest means the cache caught
-    /// up: what was kept goes.
-    pub fn observe(&mut self, key: &Key, (uid, version): Version) -> bool {
+    /// A live watch event showed `version` of `key`: whether it is an echo of the operator's
+    /// own answers. The echo of the newest means the cache caught up: what was kept goes.
+    pub fn observe(&mut self, key: &Key, version: Version) -> bool {
+        let (echo, caught_up) = self.echo(key, version);
+        if caught_up {
+            self.kept.remove(key);
+        }
+        echo
+    }
+
+    /// A relist found `version` of `key`: whether it is an echo of the operator's own
+    /// answers. What was kept stays: the relist reaches the cache only when it is done, and
+    /// until then the cache holds what it held before.
+    pub fn listed(&self, key: &Key, version: Version) -> bool {
+        self.echo(key, version).0
+    }
+
+    /// Whether `version` of `key` is one the operator's answers returned, and whether it is
+    /// the newest of them.
+    fn echo(&self, key: &Key, (uid, version): Version) -> (bool, bool) {
         let Some(kept) = self.kept.get(key) else {
-            return false;
+            return (false, false);
         };
         let Known::Object(newest) = &kept.newest else {
-            return false;
+            return (false, false);
         };
         match identity(newest) {
-            (Some(u), Some(v)) if u == uid && v == version => {
-                self.kept.remove(key);
-                true
-            }
-            (Some(u), _) if u == uid => kept.ours.iter().any(|ours| ours == version),
-            _ => false,
+            (Some(u), Some(v)) if u == uid && v == version => (true, true),
+            (Some(u), _) if u == uid => (kept.ours.iter().any(|ours| ours == version), false),
+            _ => (false, false),
         }
     }
 

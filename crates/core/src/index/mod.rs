@@ -197,7 +197,7 @@ impl Index {
             Event::Listed(browser) => {
                 if let (Some(key), Some(seen)) = (key_of(browser), version(browser)) {
                     self.lines.relisted(&key, lines::standing(browser));
-                    let echo = self.browsers.observe(&key, seen);
+                    let echo = self.browsers.listed(&key, seen);
                     self.listed_during(&key, false, seen.1, echo);
                 }
             }
@@ -252,7 +252,7 @@ impl Index {
             Event::Listed(pod) => {
                 if let (Some(key), Some(seen)) = (key_of(pod), version(pod)) {
                     self.serves(&key, pod);
-                    let echo = self.pods.observe(&key, seen);
+                    let echo = self.pods.listed(&key, seen);
                     self.listed_during(&key, true, seen.1, echo);
                 }
             }
@@ -600,6 +600,36 @@ mod tests {
         assert_eq!(index.kept().1, 1);
         index.pod(Event::Listing);
         index.pod(Event::ListDone);
+        assert_eq!(index.kept(), (0, 0, 0));
+    }
+
+    #[test]
+    fn during_a_relist_a_reconcile_begins_from_the_answer_the_cache_does_not_hold_yet() {
+        // The status write's answer (2) is listed before the cache shows it: the cache still
+        // holds 1 until the list is done, and a reconcile must not begin from 1 meanwhile.
+        let mut index = ready();
+        let k = key("s1");
+        let cached = browser("s1", "1", json!({}));
+        index.begin(&k, Some(&cached), None, true);
+        let written = Done {
+            browser: vec![answer("s1", "2", json!({"phase": "Running"}))],
+            ..Done::default()
+        };
+        index.end(&k, &written);
+        index.browser(Event::Listing);
+        index.browser(Event::Listed(&browser(
+            "s1",
+            "2",
+            json!({"phase": "Running"}),
+        )));
+        let begun = index.begin(&k, Some(&cached), None, true);
+        let phase = begun
+            .browser
+            .as_ref()
+            .map(|b| b.data["status"]["phase"].clone());
+        assert_eq!(phase, Some(json!("Running")));
+        index.end(&k, &Done::default());
+        assert!(index.browser(Event::ListDone).everything);
         assert_eq!(index.kept(), (0, 0, 0));
     }
 
