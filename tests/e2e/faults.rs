@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use crate::support::apiserver::{ApiServer, Fault, StreamingLists};
 use crate::support::kinds::config_resource;
 use crate::support::kubelet::Script;
-use crate::{Ctx, WAIT, poll, resource};
+use crate::{Ctx, Seen, WAIT, poll, resource};
 
 // ---- the double each scenario of its own runs on --------------------------------------------
 
@@ -242,6 +242,51 @@ fn operator_writes(text: &str) -> u64 {
         .sum()
 }
 
+/// The Browser's and its pod's recorded events, one line each, in the order they were seen:
+/// which write a surplus one was, when a write budget is exceeded.
+fn session_story(cx: &Ctx, name: &str) -> String {
+    let mut seen: Vec<Seen> = cx.history("Browser", name);
+    seen.extend(cx.history("Pod", name));
+    seen.sort_by_key(|s| s.at);
+    let start = seen.first().map(|s| s.at);
+    let states = |statuses: &Value| {
+        statuses
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| {
+                let state = c["state"]
+                    .as_object()
+                    .and_then(|o| o.keys().next().cloned());
+                format!(
+                    "{}={}",
+                    c["name"].as_str().unwrap_or("?"),
+                    state.unwrap_or_default()
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    seen.iter()
+        .map(|s| {
+            let o = &s.object;
+            let status = &o["status"];
+            format!(
+                "  +{:>5} ms {} rv {} deleting {} phase {} reason {} ip {} containers [{}]",
+                start.map_or(0, |t| s.at.duration_since(t).as_millis()),
+                s.kind,
+                o["metadata"]["resourceVersion"].as_str().unwrap_or("?"),
+                !o["metadata"]["deletionTimestamp"].is_null(),
+                status["phase"].as_str().unwrap_or("-"),
+                status["reason"].as_str().unwrap_or("-"),
+                status["podIP"].as_str().unwrap_or("-"),
+                states(&status["containerStatuses"]),
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 // ---- scenarios on a double of their own ----------------------------------------------------
 
 /// The write budget of a normal session, from the operator's own metrics.
@@ -266,7 +311,8 @@ pub(crate) async fn a_normal_session_costs_at_most_8_writes(cx: Arc<Ctx>) {
     println!("    normal session: {writes} operator writes to Browsers and Pods");
     assert!(
         writes <= 8,
-        "a normal session took {writes} writes:\n{text}"
+        "a normal session took {writes} writes; what the watches showed:\n{}\n{text}",
+        session_story(&cx, "s1")
     );
     assert_eq!(cx.pod_applies(), 1);
 }
