@@ -399,7 +399,7 @@ fn report(
                                 (true, _) => " deleted",
                                 _ => "",
                             },
-                            system::summary(s.kind, &s.object)
+                            support::history::summary(s.kind, &s.object)
                         )
                     })
                     .collect()

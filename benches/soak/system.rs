@@ -656,39 +656,3 @@ async fn ensure_namespace(client: &kube::Client, ns: &str) -> Result<(), SoakErr
         Err(e) => Err(SoakError::Setup(format!("namespace {ns}: {e}"))),
     }
 }
-
-/// The status of `object` as the report shows it: phase, reason and IP of a Browser; phase and
-/// containers' states of a pod.
-pub fn summary(kind: &str, object: &Value) -> String {
-    let status = &object["status"];
-    let text = |v: &Value| v.as_str().unwrap_or("").to_string();
-    match kind {
-        "Browser" => format!(
-            "phase={} reason={} podIP={}",
-            text(&status["phase"]),
-            text(&status["reason"]),
-            text(&status["podIP"])
-        ),
-        _ => {
-            let containers: Vec<String> = status["containerStatuses"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(|c| {
-                    let state = c["state"]
-                        .as_object()
-                        .and_then(|s| s.keys().next().cloned())
-                        .unwrap_or_default();
-                    format!("{}:{state}", text(&c["name"]))
-                })
-                .collect();
-            format!(
-                "phase={} podIP={} uid={} [{}]",
-                text(&status["phase"]),
-                text(&status["podIP"]),
-                text(&object["metadata"]["uid"]),
-                containers.join(" ")
-            )
-        }
-    }
-}

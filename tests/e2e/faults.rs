@@ -11,9 +11,10 @@ use kube::api::{DeleteParams, Patch, PatchParams};
 use serde_json::{Value, json};
 
 use crate::support::apiserver::{ApiServer, Fault, StreamingLists};
+use crate::support::history::{self, Seen};
 use crate::support::kinds::config_resource;
 use crate::support::kubelet::Script;
-use crate::{Ctx, Seen, WAIT, poll, resource};
+use crate::{Ctx, WAIT, poll, resource};
 
 // ---- the double each scenario of its own runs on --------------------------------------------
 
@@ -249,38 +250,16 @@ fn session_story(cx: &Ctx, name: &str) -> String {
     seen.extend(cx.history("Pod", name));
     seen.sort_by_key(|s| s.at);
     let start = seen.first().map(|s| s.at);
-    let states = |statuses: &Value| {
-        statuses
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|c| {
-                let state = c["state"]
-                    .as_object()
-                    .and_then(|o| o.keys().next().cloned());
-                format!(
-                    "{}={}",
-                    c["name"].as_str().unwrap_or("?"),
-                    state.unwrap_or_default()
-                )
-            })
-            .collect::<Vec<_>>()
-            .join(",")
-    };
     seen.iter()
         .map(|s| {
-            let o = &s.object;
-            let status = &o["status"];
+            let meta = &s.object["metadata"];
             format!(
-                "  +{:>5} ms {} rv {} deleting {} phase {} reason {} ip {} containers [{}]",
+                "  +{:>5} ms {} rv {} deleting {} {}",
                 start.map_or(0, |t| s.at.duration_since(t).as_millis()),
                 s.kind,
-                o["metadata"]["resourceVersion"].as_str().unwrap_or("?"),
-                !o["metadata"]["deletionTimestamp"].is_null(),
-                status["phase"].as_str().unwrap_or("-"),
-                status["reason"].as_str().unwrap_or("-"),
-                status["podIP"].as_str().unwrap_or("-"),
-                states(&status["containerStatuses"]),
+                meta["resourceVersion"].as_str().unwrap_or("?"),
+                !meta["deletionTimestamp"].is_null(),
+                history::summary(s.kind, &s.object),
             )
         })
         .collect::<Vec<_>>()
