@@ -391,7 +391,7 @@ impl Index {
             if let Learnt::Object(pod) = learnt
                 && let Some(created) = &pod.metadata.creation_timestamp
             {
-                let created_now = pod.metadata.deletion_timestamp.is_none();
+                let created_now = done.created_pod && pod.metadata.deletion_timestamp.is_none();
                 self.lines
                     .served(key, owner::of(pod), created.0, created_now);
             }
@@ -733,44 +733,55 @@ mod tests {
     }
     #[test]
     fn an_admitted_browser_leaves_its_line_when_its_reconcile_ends_after_its_owner_is_served() {
-        let mut index = ready();
-        let of = |name: &str, owner: &str, version: &str, status: Value| -> CachedBrowser {
-            let mut object = object(name, version, status);
-            object["metadata"]["labels"] = json!({"selenosis.io/owner": owner});
-            serde_json::from_value(object).unwrap()
-        };
-        let queued = json!({"phase": "Pending", "reason": "Queued", "conditions": [
-            {"type": "Ready", "status": "False", "reason": "Queued",
-             "lastTransitionTime": "2026-11-28T10:00:01Z"}]});
-        for (name, owner) in [("a0", "A"), ("a1", "A"), ("b0", "B")] {
-            index.browser(Event::Applied(&of(name, owner, "1", queued.clone())));
+        // Only a pod the reconcile created serves its owner now; one it read is as old as
+        // the watch says.
+        for (created_pod, woken) in [(true, "b0"), (false, "a1")] {
+            let mut index = ready();
+            let of = |name: &str, owner: &str, version: &str, status: Value| -> CachedBrowser {
+                let mut object = object(name, version, status);
+                object["metadata"]["labels"] = json!({"selenosis.io/owner": owner});
+                serde_json::from_value(object).unwrap()
+            };
+            let queued = json!({"phase": "Pending", "reason": "Queued", "conditions": [
+                {"type": "Ready", "status": "False", "reason": "Queued",
+                 "lastTransitionTime": "2026-11-28T10:00:01Z"}]});
+            for (name, owner) in [("a0", "A"), ("a1", "A"), ("b0", "B")] {
+                index.browser(Event::Applied(&of(name, owner, "1", queued.clone())));
+            }
+            // Both were served in the same second, B after A: A's turn.
+            let served = |name: &str, owner: &str| -> CachedPod {
+                let mut object = object(name, "1", json!({"phase": "Running"}));
+                object["metadata"]["labels"] = json!({"selenosis.io/owner": owner});
+                serde_json::from_value(object).unwrap()
+            };
+            index.pod(Event::Applied(&served("a-old", "A")));
+            index.pod(Event::Applied(&served("b-old", "B")));
+            assert_eq!(index.first_in_line("ns"), Some(key("a0")));
+            let k = key("a0");
+            index.begin(&k, Some(&of("a0", "A", "1", queued.clone())), None, true);
+            // Its admission seen by the watch while the reconcile still runs: nobody is woken
+            // yet.
+            let admitted = json!({"phase": "Pending"});
+            let work = index.browser(Event::Applied(&of("a0", "A", "2", admitted.clone())));
+            assert_eq!(keys(work), Vec::<String>::new());
+            // It ends with its pod created: A counts as served, and B's first is woken, not
+            // a1.
+            let mut pod = object("a0", "1", json!({"phase": "Pending"}));
+            pod["metadata"]["labels"] = json!({"selenosis.io/owner": "A"});
+            let done = Done {
+                pod: vec![Learnt::Object(Box::new(
+                    serde_json::from_value(pod).unwrap(),
+                ))],
+                created_pod,
+                browser: vec![answer("a0", "2", admitted)],
+                ..Done::default()
+            };
+            assert_eq!(
+                keys(index.end(&k, &done)),
+                [woken],
+                "created: {created_pod}"
+            );
+            assert_eq!(index.first_in_line("ns"), Some(key(woken)));
         }
-        // Both were served in the same second, B after A: A's turn.
-        let served = |name: &str, owner: &str| -> CachedPod {
-            let mut object = object(name, "1", json!({"phase": "Running"}));
-            object["metadata"]["labels"] = json!({"selenosis.io/owner": owner});
-            serde_json::from_value(object).unwrap()
-        };
-        index.pod(Event::Applied(&served("a-old", "A")));
-        index.pod(Event::Applied(&served("b-old", "B")));
-        assert_eq!(index.first_in_line("ns"), Some(key("a0")));
-        let k = key("a0");
-        index.begin(&k, Some(&of("a0", "A", "1", queued.clone())), None, true);
-        // Its admission seen by the watch while the reconcile still runs: nobody is woken yet.
-        let admitted = json!({"phase": "Pending"});
-        let work = index.browser(Event::Applied(&of("a0", "A", "2", admitted.clone())));
-        assert_eq!(keys(work), Vec::<String>::new());
-        // It ends with its pod created: A counts as served, and B's first is woken, not a1.
-        let mut pod = object("a0", "1", json!({"phase": "Pending"}));
-        pod["metadata"]["labels"] = json!({"selenosis.io/owner": "A"});
-        let done = Done {
-            pod: vec![Learnt::Object(Box::new(
-                serde_json::from_value(pod).unwrap(),
-            ))],
-            browser: vec![answer("a0", "2", admitted)],
-            ..Done::default()
-        };
-        assert_eq!(keys(index.end(&k, &done)), ["b0"]);
-        assert_eq!(index.first_in_line("ns"), Some(key("b0")));
     }
 }

@@ -131,6 +131,8 @@ pub struct Done {
     /// What the answers said of the pod, oldest first.
     pub pod: Vec<Learnt>,
     pub events: Vec<Event>,
+    /// This reconcile created the pod: its answer is in `pod`.
+    pub created_pod: bool,
     /// This reconcile published `Running` for the first time.
     pub running: bool,
     /// The failure reason it wrote.
@@ -247,8 +249,11 @@ impl<'a> Reconcile<'a> {
         match std::mem::replace(&mut self.waiting, Waiting::Nothing) {
             Waiting::Pod => match answer {
                 Answer::Object(pod) => match serde_json::to_value(&pod) {
-                    Ok(pod) => {
-                        self.pod = Some(Some(pod));
+                    Ok(value) => {
+                        // Kept like a write's answer: the pod watch may still deliver older
+                        // versions, and a decision on one would write an older status back.
+                        self.done.pod.push(Learnt::Object(pod));
+                        self.pod = Some(Some(value));
                         self.decide()
                     }
                     Err(e) => self.retry(Action::ReadPod, None, e.to_string()),
@@ -444,6 +449,7 @@ impl<'a> Reconcile<'a> {
                 return self.create_refused(code, &reason, &message);
             }
             (Write::AdoptPod | Write::CreatePod, Answer::Object(pod)) => {
+                self.done.created_pod |= write == Write::CreatePod;
                 self.done.pod.push(Learnt::Object(pod));
                 Found::Done
             }
@@ -973,6 +979,30 @@ mod tests {
         // Absent on the server too: the pod it had is lost.
         assert_eq!(run.sent, [ReadPod, STATUS]);
         assert_eq!(run.status_written()["reason"], "PodLost");
+    }
+
+    #[test]
+    fn a_pod_read_is_kept_like_an_answer_to_a_write() {
+        // The pod watch lags behind the read: the next reconciles may still find older
+        // versions in the cache, and one decided on would write an older status back.
+        let mut read = pod_of(UID).running("10.0.0.7").build();
+        read["metadata"]["resourceVersion"] = json!("24");
+        let run = Case::of(ours().phase("Pending"))
+            .answering(move |r| {
+                (r.action == ReadPod).then(|| {
+                    Answer::Object(Box::new(serde_json::from_value(read.clone()).unwrap()))
+                })
+            })
+            .run();
+        assert_eq!(run.sent, [ReadPod, STATUS]);
+        assert_eq!(run.status_written()["phase"], "Running");
+        let kept = |learnt: &Learnt| match learnt {
+            Learnt::Object(pod) => pod.metadata.resource_version.clone(),
+            Learnt::Gone { .. } => None,
+        };
+        let kept: Vec<_> = run.done.pod.iter().map(kept).collect();
+        assert_eq!(kept, [Some("24".to_string())]);
+        assert!(!run.done.created_pod, "read, not created");
     }
 
     #[test]
