@@ -50,6 +50,9 @@ pub enum RunError {
         #[source]
         error: Box<RunError>,
     },
+    /// A start-up attempt got no answer in time: the connection went silent.
+    #[error("no answer within {}", crate::duration::format(*.0))]
+    NoAnswer(Duration),
     /// Start-up waited `--startup-timeout` for an API server that kept failing.
     #[error("{error} (still failing after --startup-timeout={})", crate::duration::format(*.timeout))]
     StartupTimeout {
@@ -150,6 +153,7 @@ impl RunError {
         while let Some(e) = cause {
             if e.downcast_ref::<kube::Error>()
                 .is_some_and(api_error::is_transport)
+                || matches!(e.downcast_ref(), Some(RunError::NoAnswer(_)))
             {
                 return true;
             }
@@ -166,10 +170,12 @@ impl RunError {
             let of_the_moment = match e.downcast_ref::<kube::Error>() {
                 Some(kube::Error::Api(status)) => status.code >= 500 || status.code == 429,
                 Some(other) => api_error::is_transport(other),
-                None => matches!(
-                    e.downcast_ref::<PermissionError>(),
-                    Some(PermissionError::Timeout(_))
-                ),
+                None => {
+                    matches!(
+                        e.downcast_ref::<PermissionError>(),
+                        Some(PermissionError::Timeout(_))
+                    ) || matches!(e.downcast_ref(), Some(RunError::NoAnswer(_)))
+                }
             };
             if of_the_moment {
                 return Failure::OfTheMoment;
@@ -323,9 +329,16 @@ async fn reach(
     let mut attempts = 0;
     loop {
         attempts += 1;
-        let error = match reach_once(client, args, election).await {
-            Ok(kinds) => return Ok(Some(kinds)),
-            Err(e) => e,
+        let since = if attempts == 1 {
+            Duration::ZERO
+        } else {
+            began.elapsed()
+        };
+        let limit = startup::attempt_limit(since, args.startup_timeout);
+        let error = match tokio::time::timeout(limit, reach_once(client, args, election)).await {
+            Ok(Ok(kinds)) => return Ok(Some(kinds)),
+            Ok(Err(e)) => e,
+            Err(_) => RunError::NoAnswer(limit),
         };
         let waited = began.elapsed();
         let mut failure = error.failure();

@@ -356,6 +356,36 @@ async fn an_unreachable_api_server_is_named_with_the_cause() {
     assert!(!stderr.contains("ServiceError"), "{stderr}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_api_server_is_given_up_on_at_the_startup_timeout() {
+    // Connections are taken and never answered, as behind a partition: start-up must not
+    // wait on them for ever.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("https://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        let held: Vec<_> = listener.incoming().collect();
+        drop(held);
+    });
+    let dir = TempDir::new("silent");
+    let kubeconfig = dir.join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {url}\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\nusers:\n- name: u\n  user: {{}}\n"
+        ),
+    )
+    .unwrap();
+    let (code, stderr) =
+        run_kubeconfig_to_exit(&kubeconfig, &["--log-level=off", "--startup-timeout=2s"]).await;
+    assert_ne!(code, 0);
+    assert_eq!(
+        stderr,
+        format!(
+            "browser-controller: cannot reach the Kubernetes API server at {url}/: no answer within 2s\n"
+        )
+    );
+}
+
 /// A kube-apiserver that is starting answers before it has loaded its CRDs (and RBAC), with
 /// its `/readyz` still failing: a missing CRD then is not the operator's to report yet.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -32,6 +32,22 @@ const FIRST_DELAY: Duration = Duration::from_secs(1);
 /// The longest wait between attempts: an API server that is back is seen within this.
 const MAX_DELAY: Duration = Duration::from_secs(5);
 
+/// The longest an attempt waits for its answers. A connection that went silent (a partition)
+/// would hold it forever, and the link's probe, which abandons such requests later on, starts
+/// only once start-up is through; a server that answers at all answers discovery and the
+/// permission check well within this.
+const ATTEMPT_LIMIT: Duration = Duration::from_secs(10);
+
+/// How long the attempt that begins `waited` after the first may wait for its answers: never
+/// past `timeout`, but the one made at `timeout` (or the only one, with `timeout` zero) gets
+/// the whole [`ATTEMPT_LIMIT`].
+pub fn attempt_limit(waited: Duration, timeout: Duration) -> Duration {
+    match timeout.saturating_sub(waited) {
+        Duration::ZERO => ATTEMPT_LIMIT,
+        left => left.min(ATTEMPT_LIMIT),
+    }
+}
+
 /// The next step after the `attempts`-th failed attempt (1 for the first), `waited` after the
 /// first attempt began. The last attempt is made at `timeout`, so a server that is back by
 /// then is not missed; a `timeout` of zero gives up at the first failure.
@@ -91,6 +107,15 @@ mod tests {
             after_failure(Failure::OfTheMoment, 10, TIMEOUT, TIMEOUT),
             Next::GiveUp
         );
+    }
+
+    #[test]
+    fn an_attempt_waits_for_its_answers_a_while_but_never_past_the_timeout() {
+        assert_eq!(attempt_limit(secs(0), TIMEOUT), ATTEMPT_LIMIT);
+        assert_eq!(attempt_limit(secs(117), TIMEOUT), secs(3));
+        // The last attempt, made at the timeout, and the only one of a zero timeout.
+        assert_eq!(attempt_limit(TIMEOUT, TIMEOUT), ATTEMPT_LIMIT);
+        assert_eq!(attempt_limit(secs(0), secs(0)), ATTEMPT_LIMIT);
     }
 
     #[test]
