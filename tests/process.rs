@@ -325,12 +325,9 @@ async fn an_api_error_shows_the_servers_message_code_and_reason() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_unreachable_api_server_is_named_with_the_cause() {
-    let dir = TempDir::new("unreachable");
+/// A kubeconfig in `dir` for the API server at `url`, without credentials.
+fn kubeconfig_of(dir: &TempDir, url: &str) -> std::path::PathBuf {
     let kubeconfig = dir.join("kubeconfig");
-    // A port nobody listens on: the connection is refused.
-    let url = format!("http://127.0.0.1:{}", free_port());
     std::fs::write(
         &kubeconfig,
         format!(
@@ -338,6 +335,15 @@ async fn an_unreachable_api_server_is_named_with_the_cause() {
         ),
     )
     .unwrap();
+    kubeconfig
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_api_server_is_named_with_the_cause() {
+    let dir = TempDir::new("unreachable");
+    // A port nobody listens on: the connection is refused.
+    let url = format!("http://127.0.0.1:{}", free_port());
+    let kubeconfig = kubeconfig_of(&dir, &url);
     let (code, stderr) =
         run_kubeconfig_to_exit(&kubeconfig, &["--log-level=off", "--startup-timeout=2s"]).await;
     assert_ne!(code, 0);
@@ -367,14 +373,7 @@ async fn a_silent_api_server_is_given_up_on_at_the_startup_timeout() {
         drop(held);
     });
     let dir = TempDir::new("silent");
-    let kubeconfig = dir.join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {url}\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\nusers:\n- name: u\n  user: {{}}\n"
-        ),
-    )
-    .unwrap();
+    let kubeconfig = kubeconfig_of(&dir, &url);
     let (code, stderr) =
         run_kubeconfig_to_exit(&kubeconfig, &["--log-level=off", "--startup-timeout=2s"]).await;
     assert_ne!(code, 0);
