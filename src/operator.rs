@@ -165,17 +165,18 @@ impl RunError {
     /// Whether a retry may succeed: no answer, a timeout, or an answer of the moment (5xx,
     /// 429) anywhere in the chain of causes.
     fn failure(&self) -> Failure {
+        if self.is_transport() {
+            return Failure::OfTheMoment;
+        }
         let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(self);
         while let Some(e) = cause {
             let of_the_moment = match e.downcast_ref::<kube::Error>() {
                 Some(kube::Error::Api(status)) => status.code >= 500 || status.code == 429,
-                Some(other) => api_error::is_transport(other),
-                None => {
-                    matches!(
-                        e.downcast_ref::<PermissionError>(),
-                        Some(PermissionError::Timeout(_))
-                    ) || matches!(e.downcast_ref(), Some(RunError::NoAnswer(_)))
-                }
+                Some(_) => false,
+                None => matches!(
+                    e.downcast_ref::<PermissionError>(),
+                    Some(PermissionError::Timeout(_))
+                ),
             };
             if of_the_moment {
                 return Failure::OfTheMoment;
