@@ -147,43 +147,34 @@ async fn wait_for_signal() {
 }
 
 impl RunError {
+    /// This error and its causes, outermost first.
+    fn chain(&self) -> impl Iterator<Item = &(dyn std::error::Error + 'static)> {
+        std::iter::successors(Some(self as &(dyn std::error::Error + 'static)), |e| {
+            e.source()
+        })
+    }
+
     /// Whether the error comes from a request that got no answer from the API server.
     fn is_transport(&self) -> bool {
-        let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(self);
-        while let Some(e) = cause {
-            if e.downcast_ref::<kube::Error>()
-                .is_some_and(api_error::is_transport)
-                || matches!(e.downcast_ref(), Some(RunError::NoAnswer(_)))
-            {
-                return true;
-            }
-            cause = e.source();
-        }
-        false
+        self.chain().any(|e| {
+            let lost = e.downcast_ref().is_some_and(api_error::is_transport);
+            lost || matches!(e.downcast_ref(), Some(RunError::NoAnswer(_)))
+        })
     }
 
     /// Whether a retry may succeed: no answer, a timeout, or an answer of the moment (5xx,
     /// 429) anywhere in the chain of causes.
     fn failure(&self) -> Failure {
-        if self.is_transport() {
-            return Failure::OfTheMoment;
+        let of_the_moment = |e: &(dyn std::error::Error + 'static)| match e.downcast_ref() {
+            Some(kube::Error::Api(status)) => status.code >= 500 || status.code == 429,
+            Some(_) => false,
+            None => matches!(e.downcast_ref(), Some(PermissionError::Timeout(_))),
+        };
+        if self.is_transport() || self.chain().any(of_the_moment) {
+            Failure::OfTheMoment
+        } else {
+            Failure::Lasting
         }
-        let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(self);
-        while let Some(e) = cause {
-            let of_the_moment = match e.downcast_ref::<kube::Error>() {
-                Some(kube::Error::Api(status)) => status.code >= 500 || status.code == 429,
-                Some(_) => false,
-                None => matches!(
-                    e.downcast_ref::<PermissionError>(),
-                    Some(PermissionError::Timeout(_))
-                ),
-            };
-            if of_the_moment {
-                return Failure::OfTheMoment;
-            }
-            cause = e.source();
-        }
-        Failure::Lasting
     }
 
     /// This error, naming the API server's address when the server could not be reached.
@@ -252,15 +243,9 @@ async fn reconcile_until_stopped(
         namespaces.iter().cloned().map(Some).collect()
     };
     let validation = Validation {
-        client: shared.client.clone(),
-        kinds: shared.kinds.clone(),
-        verdicts: shared.verdicts.clone(),
-        schemas: shared.schemas.clone(),
-        metrics: shared.metrics.clone(),
+        shared: shared.clone(),
         events: config_events,
         prepull: args.enable_prepull.then(|| args.prepull_images.images()),
-        policy: shared.settings.policy.clone(),
-        link: shared.link.clone(),
     };
     let validators = futures::future::join_all(
         scopes

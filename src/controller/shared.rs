@@ -54,30 +54,21 @@ pub struct SharedParts {
 impl Shared {
     /// Creates the shared state and spawns the event publisher.
     pub fn new(parts: SharedParts) -> Arc<Self> {
-        let SharedParts {
-            client,
-            link,
-            kinds,
-            settings,
-            max_workers,
-            metrics,
-            schemas,
-            instance,
-        } = parts;
-        let events = EventSink::start(client.clone(), instance, metrics.clone());
-        metrics.set_queue_timeout(settings.queue_timeout);
+        let metrics = parts.metrics;
+        let events = EventSink::start(parts.client.clone(), parts.instance, metrics.clone());
+        metrics.set_queue_timeout(parts.settings.queue_timeout);
         Arc::new(Self {
-            client,
-            cached: CachedKinds::new(&kinds),
-            kinds,
-            settings,
-            queue: Queue::new(usize::from(max_workers), metrics.clone()),
+            client: parts.client,
+            cached: CachedKinds::new(&parts.kinds),
+            kinds: parts.kinds,
+            settings: parts.settings,
+            queue: Queue::new(usize::from(parts.max_workers), metrics.clone()),
             metrics,
             verdicts: Arc::new(Verdicts::default()),
-            schemas,
+            schemas: parts.schemas,
             events,
             watches: Mutex::new(Vec::new()),
-            link,
+            link: parts.link,
         })
     }
 

@@ -25,16 +25,8 @@ struct BrowserLabels {
     phase: String,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
-struct NamespaceLabels {
-    namespace: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
-struct ConfigLabels {
-    namespace: String,
-    browserconfig: String,
-}
+/// The namespace and name of a BrowserConfig.
+type ConfigLabels = [(&'static str, String); 2];
 
 /// The `phase` label: the Browser's phase, `None` before the operator wrote one, `Unknown`
 /// for anything outside the documented phases.
@@ -138,10 +130,8 @@ fn prepull_counts(daemon_sets: &[Arc<DynamicObject>]) -> BTreeMap<ConfigLabels, 
     let mut by_config: BTreeMap<ConfigLabels, Vec<&DynamicObject>> = BTreeMap::new();
     for ds in daemon_sets {
         if let Some((config, _)) = progress::owner(ds) {
-            let labels = ConfigLabels {
-                namespace: ds.metadata.namespace.clone().unwrap_or_default(),
-                browserconfig: config.to_string(),
-            };
+            let namespace = ds.metadata.namespace.clone().unwrap_or_default();
+            let labels = [("namespace", namespace), ("browserconfig", config.into())];
             by_config.entry(labels).or_default().push(ds);
         }
     }
@@ -257,10 +247,8 @@ impl Collector for CacheGauges {
     }
 }
 
-fn namespace_labels(ns: &str) -> NamespaceLabels {
-    NamespaceLabels {
-        namespace: ns.to_string(),
-    }
+fn namespace_labels(ns: &str) -> [(&'static str, &str); 1] {
+    [("namespace", ns)]
 }
 
 /// The gauges of the cached Browsers: by namespace, browser, version and phase; in line for

@@ -23,62 +23,18 @@ use std::time::Duration;
 use jiff::Timestamp;
 use kube::api::DynamicObject;
 use kube::runtime::reflector::Store;
-use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::{Family, MetricConstructor};
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets_range};
-use prometheus_client::registry::Registry;
+use prometheus_client::registry::{Metric, Registry};
 
 use crate::cached::CachedBrowser;
 pub use cache_gauges::CacheRegistration;
 use cache_gauges::{CacheGauges, Caches, Source};
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct WriteLabels {
-    verb: &'static str,
-    resource: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct KindLabels {
-    kind: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct CodeLabels {
-    code: u16,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ReasonLabels {
-    reason: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct StageLabels {
-    stage: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct LaneLabels {
-    lane: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ResourceLabels {
-    resource: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct OutcomeLabels {
-    outcome: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct EventTypeLabels {
-    r#type: &'static str,
-}
+/// A set of one label (`[("kind", "write")]`): each family names its label where it takes it.
+type Label<V = &'static str> = [(&'static str, V); 1];
 
 /// The startup stages of a Browser, each observed at most once per Browser.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -94,12 +50,13 @@ pub enum Stage {
 impl Stage {
     pub const ALL: [Stage; 3] = [Stage::PodCreated, Stage::Scheduled, Stage::Running];
 
-    fn label(self) -> &'static str {
-        match self {
+    fn label(self) -> Label {
+        let stage = match self {
             Stage::PodCreated => "pod_created",
             Stage::Scheduled => "scheduled",
             Stage::Running => "running",
-        }
+        };
+        [("stage", stage)]
     }
 }
 
@@ -130,15 +87,16 @@ impl ErrorKind {
         ErrorKind::Unsettled,
     ];
 
-    fn label(self) -> &'static str {
-        match self {
+    fn label(self) -> Label {
+        let kind = match self {
             ErrorKind::Write => "write",
             ErrorKind::Read => "read",
             ErrorKind::Store => "store",
             ErrorKind::Serialize => "serialize",
             ErrorKind::Schema => "schema",
             ErrorKind::Unsettled => "unsettled",
-        }
+        };
+        [("kind", kind)]
     }
 }
 
@@ -177,7 +135,7 @@ impl ApiWrite {
         ApiWrite::CreateEvent,
     ];
 
-    fn labels(self) -> WriteLabels {
+    fn labels(self) -> [(&'static str, &'static str); 2] {
         let (verb, resource) = match self {
             ApiWrite::ApplyPod => ("apply", "pods"),
             ApiWrite::DryRunPod => ("apply-dry-run", "pods"),
@@ -192,7 +150,7 @@ impl ApiWrite {
             ApiWrite::DeleteDaemonSet => ("delete", "daemonsets"),
             ApiWrite::CreateEvent => ("create", "events"),
         };
-        WriteLabels { verb, resource }
+        [("verb", verb), ("resource", resource)]
     }
 }
 
@@ -226,18 +184,30 @@ impl Watched {
             Watched::DaemonSets => "daemonsets",
         }
     }
-}
 
-/// How a Browser left its line for quota, as `queue_wait_seconds` labels it.
-fn outcome(left: LeftLine) -> &'static str {
-    match left {
-        LeftLine::Admitted(_) => "admitted",
-        LeftLine::TimedOut(_) => "timed_out",
+    fn label(self) -> Label {
+        [("resource", self.as_str())]
     }
 }
 
-fn event_type(warning: bool) -> &'static str {
-    if warning { "Warning" } else { "Normal" }
+/// How a Browser left its line for quota, as `queue_wait_seconds` labels it.
+fn outcome(left: LeftLine) -> Label {
+    match left {
+        LeftLine::Admitted(_) => [("outcome", "admitted")],
+        LeftLine::TimedOut(_) => [("outcome", "timed_out")],
+    }
+}
+
+fn event_type(warning: bool) -> Label {
+    [("type", if warning { "Warning" } else { "Normal" })]
+}
+
+fn lane(lane: Lane) -> Label {
+    [("lane", lane.as_str())]
+}
+
+fn reason(reason: &str) -> Label<String> {
+    [("reason", reason.to_string())]
 }
 
 /// Creates the series of `labels` in `family`, at 0.
@@ -248,6 +218,18 @@ fn zero<S: Clone + Hash + Eq, M, C: MetricConstructor<M>>(
     for labels in labels {
         drop(family.get_or_create(&labels));
     }
+}
+
+fn inc<S: Clone + Hash + Eq>(family: &Family<S, Counter>, labels: S) {
+    family.get_or_create(&labels).inc();
+}
+
+fn observe<S: Clone + Hash + Eq>(
+    family: &Family<S, Histogram, fn() -> Histogram>,
+    labels: S,
+    value: f64,
+) {
+    family.get_or_create(&labels).observe(value);
 }
 
 /// 10 ms … 10 min in 20 exponential buckets (each about 1.8× the previous one).
@@ -272,45 +254,33 @@ pub struct Metrics {
 /// Metric families of the reconciling.
 struct Reconciles {
     reconciles: Counter,
-    reconcile_errors: Family<KindLabels, Counter>,
+    reconcile_errors: Family<Label, Counter>,
     reconcile_duration: Histogram,
     in_flight: Gauge,
-    waiting: Family<LaneLabels, Gauge>,
+    waiting: Family<Label, Gauge>,
 }
 
 impl Reconciles {
     fn register(r: &mut Registry) -> Self {
         Self {
-            reconciles: registered(
-                r,
-                "reconciles",
-                "Browser reconciles run",
-                Counter::default(),
-            ),
+            reconciles: registered(r, "reconciles", "Browser reconciles run"),
             reconcile_errors: registered(
                 r,
                 "reconcile_errors",
                 "Browser reconciles that failed, by error kind",
-                Family::default(),
             ),
             // 1 ms … 10 min: reconciles are fast; the upper end catches stuck API calls.
-            reconcile_duration: registered(
+            reconcile_duration: registered_as(
                 r,
                 "reconcile_duration_seconds",
                 "Duration of Browser reconciles",
                 Histogram::new(exponential_buckets_range(0.001, 600.0, 20)),
             ),
-            in_flight: registered(
-                r,
-                "reconciles_in_flight",
-                "Browser reconciles running now",
-                Gauge::default(),
-            ),
+            in_flight: registered(r, "reconciles_in_flight", "Browser reconciles running now"),
             waiting: registered(
                 r,
                 "reconciles_waiting",
                 "Browser reconciles waiting for a worker (--max-workers), by lane: status, create, cleanup",
-                Family::default(),
             ),
         }
     }
@@ -318,44 +288,33 @@ impl Reconciles {
 
 /// Metric families of the outcomes.
 struct Outcomes {
-    writes: Family<WriteLabels, Counter>,
-    pod_create_errors: Family<CodeLabels, Counter>,
-    failures: Family<ReasonLabels, Counter>,
-    startup: Family<StageLabels, Histogram, fn() -> Histogram>,
-    queue_wait: Family<OutcomeLabels, Histogram, fn() -> Histogram>,
+    writes: Family<[(&'static str, &'static str); 2], Counter>,
+    pod_create_errors: Family<Label<u16>, Counter>,
+    failures: Family<Label<String>, Counter>,
+    startup: Family<Label, Histogram, fn() -> Histogram>,
+    queue_wait: Family<Label, Histogram, fn() -> Histogram>,
     queue_timeout: Gauge,
-    deletions: Family<ReasonLabels, Counter>,
-    events_dropped: Family<EventTypeLabels, Counter>,
+    deletions: Family<Label<String>, Counter>,
+    events_dropped: Family<Label, Counter>,
 }
 
 impl Outcomes {
     fn register(r: &mut Registry) -> Self {
         Self {
-            writes: registered(
-                r,
-                "api_writes",
-                "API writes issued, by verb and resource",
-                Family::default(),
-            ),
+            writes: registered(r, "api_writes", "API writes issued, by verb and resource"),
             pod_create_errors: registered(
                 r,
                 "pod_create_errors",
                 "Pod creates rejected by the API, by HTTP status",
-                Family::default(),
             ),
-            failures: registered(
-                r,
-                "browser_failures",
-                "Browsers failed, by reason",
-                Family::default(),
-            ),
-            startup: registered(
+            failures: registered(r, "browser_failures", "Browsers failed, by reason"),
+            startup: registered_as(
                 r,
                 "startup_seconds",
                 "Browser startup latency by stage: pod_created (Browser created to pod create sent), scheduled (pod created to PodScheduled), running (Browser created to Running with pod IP published)",
                 Family::new_with_constructor(startup_histogram),
             ),
-            queue_wait: registered(
+            queue_wait: registered_as(
                 r,
                 "queue_wait_seconds",
                 "How long Browsers waited in line for quota, by how they left it: admitted (got their pod) or timed_out (failed after --queue-timeout)",
@@ -365,19 +324,16 @@ impl Outcomes {
                 r,
                 "queue_timeout_seconds",
                 "The --queue-timeout the operator runs with (0: Browsers the quota has no room for fail at once)",
-                Gauge::default(),
             ),
             deletions: registered(
                 r,
                 "browser_deletions",
                 "Browsers the operator let go (finalizer released or Browser deleted), by the Browser's outcome: its failure reason, Succeeded, or external",
-                Family::default(),
             ),
             events_dropped: registered(
                 r,
                 "events_dropped",
                 "Events not published because too many waited to go out (Events go out at a bounded rate), by type",
-                Family::default(),
             ),
         }
     }
@@ -385,9 +341,9 @@ impl Outcomes {
 
 /// Metric families of the health.
 struct Health {
-    watch_errors: Family<ResourceLabels, Counter>,
-    watch_restarts: Family<ResourceLabels, Counter>,
-    watch_resync: Family<ResourceLabels, Histogram, fn() -> Histogram>,
+    watch_errors: Family<Label, Counter>,
+    watch_restarts: Family<Label, Counter>,
+    watch_resync: Family<Label, Histogram, fn() -> Histogram>,
     api_reachable: Gauge,
     api_unreachable: Counter,
     leader: Gauge,
@@ -395,11 +351,10 @@ struct Health {
 
 impl Health {
     fn register(r: &mut Registry) -> Self {
-        let api_reachable = registered(
+        let api_reachable: Gauge = registered(
             r,
             "api_reachable",
             "1 while the API server answers the operator's probes, 0 while it does not",
-            Gauge::default(),
         );
         api_reachable.set(1);
         Self {
@@ -407,15 +362,13 @@ impl Health {
                 r,
                 "watch_errors",
                 "Watch errors (each followed by a restart with backoff), by resource",
-                Family::default(),
             ),
             watch_restarts: registered(
                 r,
                 "watch_restarts",
                 "Watches that listed again after their first list (expired or failed), by resource",
-                Family::default(),
             ),
-            watch_resync: registered(
+            watch_resync: registered_as(
                 r,
                 "watch_resync_seconds",
                 "Time from a watch's first error to its cache being current again (relisted or delivering events), by resource",
@@ -426,20 +379,23 @@ impl Health {
                 r,
                 "api_unreachable",
                 "Times the API server stopped answering the operator's probes",
-                Counter::default(),
             ),
             leader: registered(
                 r,
                 "leader",
                 "1 while this replica reconciles (it holds the Lease, or runs without leader election), 0 while it stands by",
-                Gauge::default(),
             ),
         }
     }
 }
 
+/// A new metric, registered in `registry` as `name` with `help`.
+fn registered<M: Default + Clone + Metric>(registry: &mut Registry, name: &str, help: &str) -> M {
+    registered_as(registry, name, help, M::default())
+}
+
 /// `metric`, registered in `registry` as `name` with `help`.
-fn registered<M: Clone + prometheus_client::registry::Metric>(
+fn registered_as<M: Clone + Metric>(
     registry: &mut Registry,
     name: &str,
     help: &str,
@@ -477,110 +433,66 @@ impl Metrics {
     /// have no series to work on. Label values known only later (namespaces, a failed pod's
     /// own reason, other HTTP codes) appear with their first sample.
     fn start_at_zero(&self) {
-        let reasons = |reasons: &mut dyn Iterator<Item = &'static str>| -> Vec<ReasonLabels> {
-            reasons
-                .map(|reason| ReasonLabels {
-                    reason: reason.into(),
-                })
-                .collect()
-        };
-        let kind = |kind: ErrorKind| KindLabels { kind: kind.label() };
-        zero(&self.reconciling.reconcile_errors, ErrorKind::ALL.map(kind));
+        let (reconciling, outcomes, health) = (&self.reconciling, &self.outcomes, &self.health);
         zero(
-            &self.reconciling.waiting,
-            Lane::ALL.map(|lane| LaneLabels {
-                lane: lane.as_str(),
-            }),
+            &reconciling.reconcile_errors,
+            ErrorKind::ALL.map(ErrorKind::label),
         );
-        zero(&self.outcomes.writes, ApiWrite::ALL.map(ApiWrite::labels));
+        zero(&reconciling.waiting, Lane::ALL.map(lane));
+        zero(&outcomes.writes, ApiWrite::ALL.map(ApiWrite::labels));
         zero(
-            &self.outcomes.pod_create_errors,
-            FAILING_CODES.map(|code| CodeLabels { code }),
+            &outcomes.pod_create_errors,
+            FAILING_CODES.map(|code| [("code", code)]),
         );
-        zero(&self.outcomes.failures, reasons(&mut Reason::failures()));
+        zero(&outcomes.failures, Reason::failures().map(reason));
         zero(
-            &self.outcomes.deletions,
-            reasons(&mut milestones::deletion_reasons()),
+            &outcomes.deletions,
+            milestones::deletion_reasons().map(reason),
         );
-        zero(
-            &self.outcomes.startup,
-            Stage::ALL.map(|stage| StageLabels {
-                stage: stage.label(),
-            }),
-        );
+        zero(&outcomes.startup, Stage::ALL.map(Stage::label));
         let left = [
             LeftLine::Admitted(Duration::ZERO),
             LeftLine::TimedOut(Duration::ZERO),
         ];
-        zero(
-            &self.outcomes.queue_wait,
-            left.map(|left| OutcomeLabels {
-                outcome: outcome(left),
-            }),
-        );
-        let resources = || {
-            Watched::ALL.map(|w| ResourceLabels {
-                resource: w.as_str(),
-            })
-        };
-        zero(&self.health.watch_errors, resources());
-        zero(&self.health.watch_restarts, resources());
-        zero(&self.health.watch_resync, resources());
-        let types = [false, true].map(|warning| EventTypeLabels {
-            r#type: event_type(warning),
-        });
-        zero(&self.outcomes.events_dropped, types);
+        zero(&outcomes.queue_wait, left.map(outcome));
+        zero(&health.watch_errors, Watched::ALL.map(Watched::label));
+        zero(&health.watch_restarts, Watched::ALL.map(Watched::label));
+        zero(&health.watch_resync, Watched::ALL.map(Watched::label));
+        zero(&outcomes.events_dropped, [false, true].map(event_type));
     }
 
     /// Counts one API write.
     pub fn write(&self, write: ApiWrite) {
-        self.outcomes.writes.get_or_create(&write.labels()).inc();
+        inc(&self.outcomes.writes, write.labels());
     }
 
     pub fn pod_create_error(&self, code: u16) {
-        self.outcomes
-            .pod_create_errors
-            .get_or_create(&CodeLabels { code })
-            .inc();
+        inc(&self.outcomes.pod_create_errors, [("code", code)]);
     }
 
     pub fn failure(&self, reason: &str) {
-        self.outcomes
-            .failures
-            .get_or_create(&ReasonLabels {
-                reason: reason.to_string(),
-            })
-            .inc();
+        inc(&self.outcomes.failures, self::reason(reason));
     }
 
     pub fn reconcile_error(&self, kind: ErrorKind) {
-        self.reconciling
-            .reconcile_errors
-            .get_or_create(&KindLabels { kind: kind.label() })
-            .inc();
+        inc(&self.reconciling.reconcile_errors, kind.label());
     }
 
     /// Observes one startup stage that began at `from` and completed at `to`. A negative
     /// span (clock skew between API server and operator) counts as zero.
     pub fn startup(&self, stage: Stage, from: Timestamp, to: Timestamp) {
         let seconds = Duration::try_from(to.duration_since(from)).map_or(0.0, |d| d.as_secs_f64());
-        self.outcomes
-            .startup
-            .get_or_create(&StageLabels {
-                stage: stage.label(),
-            })
-            .observe(seconds);
+        observe(&self.outcomes.startup, stage.label(), seconds);
     }
 
     /// A Browser left its line for quota ([`LeftLine`]).
     pub fn left_line(&self, left: LeftLine) {
         let (LeftLine::Admitted(waited) | LeftLine::TimedOut(waited)) = left;
-        self.outcomes
-            .queue_wait
-            .get_or_create(&OutcomeLabels {
-                outcome: outcome(left),
-            })
-            .observe(waited.as_secs_f64());
+        observe(
+            &self.outcomes.queue_wait,
+            outcome(left),
+            waited.as_secs_f64(),
+        );
     }
 
     /// The `--queue-timeout` in effect.
@@ -593,52 +505,35 @@ impl Metrics {
     /// Counts a Browser the operator let go, labelled by
     /// [`deletion_reason`](crate::lifecycle::milestones::deletion_reason).
     pub fn deletion(&self, reason: &str) {
-        self.outcomes
-            .deletions
-            .get_or_create(&ReasonLabels {
-                reason: reason.to_string(),
-            })
-            .inc();
+        inc(&self.outcomes.deletions, self::reason(reason));
     }
 
     /// Counts one watch error of `resource`.
     pub fn watch_error(&self, resource: Watched) {
-        self.health
-            .watch_errors
-            .get_or_create(&ResourceLabels {
-                resource: resource.as_str(),
-            })
-            .inc();
+        inc(&self.health.watch_errors, resource.label());
     }
 
     /// Counts one relist of `resource` after its first list.
     pub fn watch_restart(&self, resource: Watched) {
-        self.health
-            .watch_restarts
-            .get_or_create(&ResourceLabels {
-                resource: resource.as_str(),
-            })
-            .inc();
+        inc(&self.health.watch_restarts, resource.label());
     }
 
     /// Observes how long a watch of `resource` was failing before it delivered again.
     pub fn watch_resync(&self, resource: Watched, down: Duration) {
-        self.health
-            .watch_resync
-            .get_or_create(&ResourceLabels {
-                resource: resource.as_str(),
-            })
-            .observe(down.as_secs_f64());
+        observe(
+            &self.health.watch_resync,
+            resource.label(),
+            down.as_secs_f64(),
+        );
     }
 
     /// How many reconciles wait for a worker in `lane` now.
     pub fn waiting(&self, lane: Lane, waiting: usize) {
+        let waiting = i64::try_from(waiting).unwrap_or(i64::MAX);
         self.reconciling
             .waiting
-            .get_or_create(&LaneLabels {
-                lane: lane.as_str(),
-            })
-            .set(i64::try_from(waiting).unwrap_or(i64::MAX));
+            .get_or_create(&self::lane(lane))
+            .set(waiting);
     }
 
     /// Whether this replica reconciles now; set at each scrape.
@@ -656,12 +551,7 @@ impl Metrics {
 
     /// Counts an Event dropped because the publishing queue was full.
     pub fn event_dropped(&self, warning: bool) {
-        self.outcomes
-            .events_dropped
-            .get_or_create(&EventTypeLabels {
-                r#type: event_type(warning),
-            })
-            .inc();
+        inc(&self.outcomes.events_dropped, event_type(warning));
     }
 
     /// Derives `browsers` from this Browser cache until the registration drops.

@@ -18,18 +18,18 @@ use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt, stream};
 use jiff::Timestamp;
+use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
-use kube::{Client, ResourceExt};
 use serde_json::Value;
 use tracing::{Instrument, debug, info, info_span, warn};
 
+use super::Shared;
 use super::events::ConfigEvents;
-use super::openapi::PodSchemas;
-use super::verdicts::{REFUSED_RETRY_MAX, Verdict, Verdicts};
+use super::verdicts::{REFUSED_RETRY_MAX, Verdict};
 use super::watch::{self, WatchHealth, scoped_api};
 use crate::api::apply;
 use crate::api::keys;
@@ -42,8 +42,7 @@ use crate::lifecycle::plan::PodCreation;
 use crate::lifecycle::rejection::{self, Remedy};
 use crate::link::Link;
 use crate::link::error::describe;
-use crate::metrics::{ApiWrite, Metrics, Watched};
-use crate::pod::policy::Policy;
+use crate::metrics::{ApiWrite, Watched};
 use crate::pod::schema::PodSchema;
 use crate::prepull::progress;
 use crate::prepull::render::HelperImages;
@@ -71,52 +70,11 @@ pub enum ConfigError {
 }
 
 struct Context {
-    client: Client,
+    shared: Arc<Shared>,
     events: ConfigEvents,
-    kinds: Kinds,
-    verdicts: Arc<Verdicts>,
-    schemas: Arc<PodSchemas>,
-    metrics: Arc<Metrics>,
     store: Store<DynamicObject>,
     /// `None` without `--enable-prepull`.
     prepull: Option<PrePull>,
-    policy: Policy,
-}
-
-impl Context {
-    fn new(
-        validation: Validation,
-        store: Store<DynamicObject>,
-        prepull: Option<PrePull>,
-    ) -> Arc<Self> {
-        let Validation {
-            client,
-            kinds,
-            verdicts,
-            schemas,
-            metrics,
-            events: recorder,
-            prepull: _,
-            policy,
-            link: _,
-        } = validation;
-        let events = ConfigEvents {
-            recorder,
-            resource: kinds.browserconfig.clone(),
-            metrics: metrics.clone(),
-        };
-        Arc::new(Context {
-            client,
-            events,
-            kinds,
-            verdicts,
-            schemas,
-            metrics,
-            store,
-            prepull,
-            policy,
-        })
-    }
 }
 
 fn synthetic_browser(
@@ -154,8 +112,8 @@ async fn dry_run_entry(
     let (pod, removed) = match desired::pod_for(
         browser,
         std::slice::from_ref(config),
-        &ctx.kinds.browser,
-        &ctx.policy,
+        &ctx.shared.kinds.browser,
+        &ctx.shared.settings.policy,
         schema,
         |_, _, _| None,
     ) {
@@ -170,7 +128,7 @@ async fn dry_run_entry(
     };
     let name = browser.metadata.name.clone().unwrap_or_default();
     let params = PatchParams::apply(keys::FIELD_MANAGER).force().dry_run();
-    ctx.metrics.write(ApiWrite::DryRunPod);
+    ctx.shared.metrics.write(ApiWrite::DryRunPod);
     let (rejection, refusal, unknown_fields) =
         match pods.patch(&name, &params, &Patch::Apply(&pod)).await {
             Ok(_) => (None, None, false),
@@ -208,8 +166,9 @@ async fn dry_run_entries(
     reports: &[validate::EntryReport],
 ) -> Result<Vec<DryRun>, ConfigError> {
     let ns = config.metadata.namespace.as_deref().unwrap_or("default");
-    let pods: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &ctx.kinds.pod);
-    let mut schema = ctx.schemas.current();
+    let pods: Api<DynamicObject> =
+        Api::namespaced_with(ctx.shared.client.clone(), ns, &ctx.shared.kinds.pod);
+    let mut schema = ctx.shared.schemas.current();
     let mut runs = Vec::new();
     for report in reports
         .iter()
@@ -220,7 +179,8 @@ async fn dry_run_entries(
         } else {
             report.version.as_str()
         };
-        let Some(browser) = synthetic_browser(config, &ctx.kinds, &report.browser, version) else {
+        let Some(browser) = synthetic_browser(config, &ctx.shared.kinds, &report.browser, version)
+        else {
             continue;
         };
         let entry = format!("{} {}", report.browser, report.version);
@@ -235,8 +195,8 @@ async fn dry_run_entries(
         .await?;
         // A field the cluster does not know, although the pod was pruned: the schema may be
         // stale; judge again with a fresh one before calling the entry rejected.
-        if unknown_fields && ctx.schemas.renewed_since(schema.as_deref()).await {
-            schema = ctx.schemas.current();
+        if unknown_fields && ctx.shared.schemas.renewed_since(schema.as_deref()).await {
+            schema = ctx.shared.schemas.current();
             (verdict, _) =
                 dry_run_entry(ctx, &pods, config, &browser, schema.as_deref(), entry).await?;
         }
@@ -269,15 +229,15 @@ async fn reconcile(config: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Acti
         }
         let reports = validate::validate_config(&config);
         // Judged against the schema in use at the start; a schema change re-judges anyway.
-        let schema = ctx.schemas.current();
+        let schema = ctx.shared.schemas.current();
         let (runs, pending) = judge(&ctx, &config, &reports, schema.as_ref()).await?;
         let refusals = report::refusals(&runs);
         let pre_pull = prepull::pre_pull(
             ctx.prepull.as_ref(),
-            &ctx.client,
+            &ctx.shared.client,
             &ctx.events,
-            &ctx.metrics,
-            &ctx.kinds.browserconfig.api_version,
+            &ctx.shared.metrics,
+            &ctx.shared.kinds.browserconfig.api_version,
             &config,
         )
         .await?;
@@ -319,9 +279,12 @@ async fn release_go_finalizer(
         return Ok(Action::await_change());
     };
     let ns = config.namespace().unwrap_or_default();
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(ctx.client.clone(), &ns, &ctx.kinds.browserconfig);
-    ctx.metrics.write(ApiWrite::PatchBrowserConfig);
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        ctx.shared.client.clone(),
+        &ns,
+        &ctx.shared.kinds.browserconfig,
+    );
+    ctx.shared.metrics.write(ApiWrite::PatchBrowserConfig);
     info!(namespace = %ns, name = %config.name_any(), "releasing the Go browser-controller's finalizer from a deleted BrowserConfig");
     match api
         .patch(
@@ -349,7 +312,7 @@ async fn judge(
     let (ns, name) = (config.namespace().unwrap_or_default(), config.name_any());
     let uid = config.metadata.uid.clone().unwrap_or_default();
     let generation = config.metadata.generation.unwrap_or(0);
-    let verdicts = &ctx.verdicts;
+    let verdicts = &ctx.shared.verdicts;
     if let Some((refused, left)) =
         verdicts.pending_refusal(&uid, generation, schema, Instant::now())
     {
@@ -439,22 +402,21 @@ async fn refused(
         config.metadata.generation.unwrap_or(0),
         schema.map(Arc::downgrade),
     );
-    let (wait, first) = ctx.verdicts.refused(&uid, judged, runs, Instant::now());
+    let (wait, first) = ctx
+        .shared
+        .verdicts
+        .refused(&uid, judged, runs, Instant::now());
     if first {
         let note = refusals.join(" | ");
         warn!(error = %note, retry_in = ?wait, "the cluster refused to validate BrowserConfig entries; their validity is unknown");
-        publish_refusal(ctx, config, note).await;
+        let reason = report::VALIDATION_REFUSED;
+        ctx.events
+            .publish(config, EventType::Warning, reason, note)
+            .await;
     } else {
         debug!(retry_in = ?wait, "the cluster still refuses to validate BrowserConfig entries");
     }
     Action::requeue(wait)
-}
-
-/// One Warning Event on the BrowserConfig when the cluster starts refusing to judge it.
-async fn publish_refusal(ctx: &Context, config: &DynamicObject, note: String) {
-    ctx.events
-        .publish(config, EventType::Warning, report::VALIDATION_REFUSED, note)
-        .await;
 }
 
 fn error_policy(config: Arc<DynamicObject>, error: &ConfigError, _ctx: Arc<Context>) -> Action {
@@ -465,20 +427,12 @@ fn error_policy(config: Arc<DynamicObject>, error: &ConfigError, _ctx: Arc<Conte
 /// What the validators of every scope share.
 #[derive(Clone)]
 pub struct Validation {
-    pub client: Client,
-    pub kinds: Kinds,
-    pub verdicts: Arc<Verdicts>,
-    pub schemas: Arc<PodSchemas>,
-    pub metrics: Arc<Metrics>,
+    pub shared: Arc<Shared>,
     /// Events on BrowserConfigs; rare (a refused validation, pre-pull changes), so
     /// published inline.
     pub events: Recorder,
     /// The helper images of the pre-pull DaemonSets with `--enable-prepull`; `None` without.
     pub prepull: Option<HelperImages>,
-    /// What the admin lets into pods: entries are rendered under it.
-    pub policy: Policy,
-    /// The link to the API server, whose changes start the watches anew.
-    pub link: Link,
 }
 
 /// Runs the BrowserConfig validator of one scope until `shutdown` resolves.
@@ -487,8 +441,9 @@ pub async fn run_scope(
     namespace: Option<String>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let (client, metrics, link) = (&validation.client, &validation.metrics, &validation.link);
-    let (ns, browserconfig) = (namespace.as_deref(), &validation.kinds.browserconfig);
+    let shared = validation.shared;
+    let (client, metrics, link) = (&shared.client, &shared.metrics, &shared.link);
+    let (ns, browserconfig) = (namespace.as_deref(), &shared.kinds.browserconfig);
     // Config deletions, DaemonSet lists and changes: DaemonSets of configs that are gone are
     // swept.
     let (sweep, sweeps) = futures::channel::mpsc::unbounded::<()>();
@@ -499,7 +454,6 @@ pub async fn run_scope(
     let (configs, listed, undecodable) = config_watch(cache, api, link, sweep.clone());
     let daemon_sets = validation
         .prepull
-        .clone()
         .map(|images| prepull::daemon_set_watch(client, ns, metrics, link, images, sweep));
     let (prepull, daemon_set_changes, daemon_sets_listed) = match daemon_sets {
         Some((prepull, changes, listed)) => (Some(prepull), changes, listed),
@@ -515,11 +469,21 @@ pub async fn run_scope(
         p.sweeper(client.clone(), configs, metrics.clone(), sweeps)
     });
     // Every config is judged again when the cluster's Pod schema changes.
-    let schema_changes = stream::unfold(validation.schemas.subscribe(), |mut rx| async move {
+    let schema_changes = stream::unfold(shared.schemas.subscribe(), |mut rx| async move {
         rx.changed().await.ok()?;
         Some(((), rx))
     });
-    let ctx = Context::new(validation, store, prepull);
+    let events = ConfigEvents {
+        recorder: validation.events,
+        resource: browserconfig.clone(),
+        metrics: metrics.clone(),
+    };
+    let ctx = Arc::new(Context {
+        shared: shared.clone(),
+        events,
+        store,
+        prepull,
+    });
     let everything =
         stream::select_all([listed.boxed(), schema_changes.boxed(), daemon_sets_listed]);
     let controller = controller(
@@ -580,7 +544,7 @@ async fn controller(
     everything: impl Stream<Item = ()> + Send + 'static,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let (store, ar) = (ctx.store.clone(), ctx.kinds.browserconfig.clone());
+    let (store, ar) = (ctx.store.clone(), ctx.shared.kinds.browserconfig.clone());
     let (owner_ar, config_ar) = (ar.clone(), ar.clone());
     let same_namespace = move |changed: DynamicObject| {
         let ns = changed.metadata.namespace.clone().unwrap_or_default();
@@ -618,11 +582,14 @@ async fn apply_status(
     uid: Option<&str>,
     status: Value,
 ) -> Result<(), kube::Error> {
-    let api: Api<Decoded<DynamicObject>> =
-        Api::namespaced_with(ctx.client.clone(), ns, &ctx.kinds.browserconfig);
-    let mut body = apply::body(&ctx.kinds.browserconfig, name, uid);
+    let api: Api<Decoded<DynamicObject>> = Api::namespaced_with(
+        ctx.shared.client.clone(),
+        ns,
+        &ctx.shared.kinds.browserconfig,
+    );
+    let mut body = apply::body(&ctx.shared.kinds.browserconfig, name, uid);
     body["status"] = status;
-    ctx.metrics.write(ApiWrite::ApplyConfigStatus);
+    ctx.shared.metrics.write(ApiWrite::ApplyConfigStatus);
     api.patch_status(
         name,
         &PatchParams::apply(keys::FIELD_MANAGER).force(),
