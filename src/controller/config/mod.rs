@@ -77,6 +77,28 @@ struct Context {
     prepull: Option<PrePull>,
 }
 
+impl Context {
+    fn new(
+        shared: Arc<Shared>,
+        recorder: Recorder,
+        store: Store<DynamicObject>,
+        prepull: Option<PrePull>,
+    ) -> Arc<Self> {
+        let (resource, metrics) = (shared.kinds.browserconfig.clone(), shared.metrics.clone());
+        let events = ConfigEvents {
+            recorder,
+            resource,
+            metrics,
+        };
+        Arc::new(Context {
+            shared,
+            events,
+            store,
+            prepull,
+        })
+    }
+}
+
 fn synthetic_browser(
     config: &DynamicObject,
     kinds: &Kinds,
@@ -473,17 +495,7 @@ pub async fn run_scope(
         rx.changed().await.ok()?;
         Some(((), rx))
     });
-    let events = ConfigEvents {
-        recorder: validation.events,
-        resource: browserconfig.clone(),
-        metrics: metrics.clone(),
-    };
-    let ctx = Arc::new(Context {
-        shared: shared.clone(),
-        events,
-        store,
-        prepull,
-    });
+    let ctx = Context::new(shared.clone(), validation.events, store, prepull);
     let everything =
         stream::select_all([listed.boxed(), schema_changes.boxed(), daemon_sets_listed]);
     let controller = controller(
@@ -493,11 +505,7 @@ pub async fn run_scope(
         everything,
         shutdown,
     );
-    let sweeper = async move {
-        if let Some(sweeper) = sweeper {
-            sweeper.await;
-        }
-    };
+    let sweeper = futures::future::OptionFuture::from(sweeper);
     futures::future::join3(controller, sweeper, report_undecodable(ctx, undecodable)).await;
 }
 
