@@ -13,6 +13,7 @@ use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 use kube_lease_manager::{LeaseManager, LeaseManagerBuilder, LeaseManagerError};
 use tokio::sync::watch;
@@ -242,6 +243,28 @@ impl Election {
         }
     }
 
+    /// Frees the Lease if it names this replica as read now. The write carries the
+    /// resourceVersion it read, so a Lease taken meanwhile is left alone. (The crate's own
+    /// release trusts the holder it last saw, which may be stale once the hold is lost.)
+    async fn release_if_held(&self, client: &Client) {
+        let api: Api<Lease> = Api::namespaced(client.clone(), &self.namespace);
+        let Ok(Some(lease)) = api.get_opt(&self.lease).await else {
+            return;
+        };
+        let spec = lease.spec.unwrap_or_default();
+        if spec.holder_identity.as_deref() != Some(self.identity.as_str()) {
+            return;
+        }
+        let release = serde_json::json!({
+            "metadata": {"resourceVersion": lease.metadata.resource_version},
+            "spec": {"holderIdentity": null, "acquireTime": null, "renewTime": null, "leaseDurationSeconds": null},
+        });
+        let (params, patch) = (PatchParams::default(), Patch::Merge(release));
+        if let Err(e) = api.patch(&self.lease, &params, &patch).await {
+            warn!(lease = %self.lease_ref(), error = %describe(&e), "could not free the leader Lease; it expires by itself");
+        }
+    }
+
     /// A manager with a fresh view of the Lease (created when absent).
     async fn manager(&self, client: &Client) -> Result<LeaseManager, LeaseManagerError> {
         LeaseManagerBuilder::new(client.clone(), &self.lease)
@@ -283,7 +306,11 @@ impl Election {
             lost = self.confirm_hold(client) => Err(lost),
         };
         if let Err(lost) = held {
-            // No release: the Lease may already be someone else's.
+            // A leader frozen past its renew deadline may renew the Lease as it thaws, before
+            // it sees its hold is gone: freed, it does not keep a standby waiting for the whole
+            // lease duration.
+            let _ =
+                tokio::time::timeout(self.timing.retry_period, self.release_if_held(client)).await;
             return Err(lost.into());
         }
         match tokio::time::timeout(self.timing.renew_deadline, manager.release()).await {
@@ -313,48 +340,40 @@ impl Election {
                 () = &mut stop => return Ok(None),
                 built = self.manager(client) => built,
             };
-            let manager = match built {
-                Ok(manager) => manager,
+            let (failed, error) = match built {
                 Err(source) if first => {
-                    return Err(LeaderError::Lease {
-                        lease: self.lease_ref(),
-                        source,
-                    });
+                    let lease = self.lease_ref();
+                    return Err(LeaderError::Lease { lease, source });
                 }
-                Err(e) => {
-                    warn!(lease = %self.lease_ref(), error = %lease_error(&e), "reading the leader Lease failed; retrying");
-                    tokio::select! {
+                Err(error) => ("reading", error),
+                Ok(manager) => {
+                    first = false;
+                    // A fresh manager every retry period: the crate would otherwise sleep
+                    // until the holder's lease expires even when the holder has released it.
+                    let attempt = tokio::select! {
                         biased;
-                        () = &mut stop => return Ok(None),
-                        () = tokio::time::sleep(self.timing.retry_period) => continue,
+                        () = &mut stop => None,
+                        acquired = manager.changed() => Some(acquired),
+                        () = tokio::time::sleep(self.timing.retry_period) => Some(Ok(false)),
+                    };
+                    match attempt {
+                        None => {
+                            // An attempt cut short by the stop may just have taken the Lease.
+                            let release = manager.release();
+                            let _ = tokio::time::timeout(self.timing.retry_period, release).await;
+                            return Ok(None);
+                        }
+                        Some(Ok(true)) => return Ok(Some(manager)),
+                        Some(Ok(false)) => continue,
+                        Some(Err(error)) => ("trying for", error),
                     }
                 }
             };
-            first = false;
-            // A fresh manager every retry period: the crate would otherwise sleep until the
-            // holder's lease expires even when the holder has released it.
-            let attempt = tokio::select! {
+            warn!(lease = %self.lease_ref(), error = %lease_error(&error), "{failed} the leader Lease failed; retrying");
+            tokio::select! {
                 biased;
-                () = &mut stop => None,
-                acquired = manager.changed() => Some(acquired),
-                () = tokio::time::sleep(self.timing.retry_period) => Some(Ok(false)),
-            };
-            match attempt {
-                None => {
-                    // An attempt cut short by the stop may just have taken the Lease.
-                    let _ = tokio::time::timeout(self.timing.retry_period, manager.release()).await;
-                    return Ok(None);
-                }
-                Some(Ok(true)) => return Ok(Some(manager)),
-                Some(Ok(false)) => {}
-                Some(Err(e)) => {
-                    warn!(lease = %self.lease_ref(), error = %lease_error(&e), "trying for the leader Lease failed; retrying");
-                    tokio::select! {
-                        biased;
-                        () = &mut stop => return Ok(None),
-                        () = tokio::time::sleep(self.timing.retry_period) => {}
-                    }
-                }
+                () = &mut stop => return Ok(None),
+                () = tokio::time::sleep(self.timing.retry_period) => {}
             }
         }
     }

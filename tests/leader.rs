@@ -1,8 +1,9 @@
 //! Leader election and graceful shutdown (docs/operations.md, "Leader election and shutdown")
 //! with several operator replicas in process, each with its own client of one API server
 //! double: only the Lease holder reconciles, never two at once; a released Lease is taken over
-//! at once, an abandoned one after it expires; a lost Lease stops reconciling at once; a stop
-//! finishes in-flight reconciles within `--shutdown-timeout`.
+//! at once, an abandoned one after it expires; a lost Lease stops reconciling at once, and a
+//! leader frozen past its renew deadline frees the Lease as it exits; a stop finishes in-flight
+//! reconciles within `--shutdown-timeout`.
 
 use testkit as support;
 
@@ -671,5 +672,56 @@ async fn the_binary_takes_the_lease_in_pod_namespace_and_releases_it_on_sigterm(
     .await
     .unwrap();
     assert_eq!(status.code(), Some(0));
+    assert_eq!(cluster.holder(), None, "the Lease was released");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_frozen_past_its_renew_deadline_exits_and_frees_the_lease() {
+    let cluster = Cluster::new().await;
+    let served = cluster.server.serve().await.unwrap();
+    let dir = TempDir::new("leader-frozen");
+    let kubeconfig = dir.join("kubeconfig");
+    served.write_kubeconfig(&kubeconfig).unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_browser-controller"))
+        .args([
+            "--metrics-addr=0",
+            "--health-probe-bind-address=0",
+            "--log-level=off",
+        ])
+        .args(ELECTION)
+        .env("KUBECONFIG", &kubeconfig)
+        .env("POD_NAME", "browser-controller-0")
+        .env_remove("RUST_LOG")
+        .spawn()
+        .expect("binary starts");
+    // Reconciling: it leads, past taking the Lease.
+    cluster.create_browser("s1").await;
+    cluster.until_running("s1").await;
+    // Frozen (a CPU-starved or paused container) past the renew deadline (2s), not past the
+    // lease duration (3s): as it thaws it may renew the Lease before it sees its hold is gone.
+    let pid = child.id().to_string();
+    let signal = |name: &str| {
+        let status = std::process::Command::new("kill")
+            .args([name, &pid])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill {name}");
+    };
+    signal("-STOP");
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    signal("-CONT");
+    let deadline = Instant::now() + WAIT;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the leader frozen past its renew deadline did not give up its hold");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(status.code(), Some(1), "exits on the lost Lease");
+    // Free at once, not left to expire: a standby need not wait out the lease duration.
     assert_eq!(cluster.holder(), None, "the Lease was released");
 }
