@@ -23,9 +23,9 @@ use browser_controller::cli::Cli;
 use browser_controller::link::Link;
 use browser_controller::metrics::Metrics;
 use browser_controller::operator::{self, RunError};
-use support::apiserver::{ApiServer, Fault};
+use support::apiserver::{ApiServer, Fault, ServeHandle};
 use support::fixtures::{browser, config};
-use support::host::{TempDir, free_port, http_get};
+use support::host::{TempDir, free_port, http_get, kill, wait_exit};
 use support::kinds::{browser_resource, config_resource};
 use support::kubelet::{Kubelet, KubeletHandle, Script};
 
@@ -632,45 +632,65 @@ async fn a_stop_while_the_caches_are_still_loading_ends_at_once() {
     assert!(took < Duration::from_secs(2), "{took:?}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_binary_takes_the_lease_in_pod_namespace_and_releases_it_on_sigterm() {
-    let cluster = Cluster::new().await;
+/// The operator's binary against the cluster's double as `POD_NAME` browser-controller-0, with
+/// `args` after the endpoint flags and `env` set; what it runs on lives as long as the handles.
+async fn spawn_binary(
+    cluster: &Cluster,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (std::process::Child, ServeHandle, TempDir) {
     let served = cluster.server.serve().await.unwrap();
     let dir = TempDir::new("leader");
     let kubeconfig = dir.join("kubeconfig");
     served.write_kubeconfig(&kubeconfig).unwrap();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_browser-controller"))
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_browser-controller"))
         .args([
             "--metrics-addr=0",
             "--health-probe-bind-address=0",
-            "--enable-leader-election",
             "--log-level=off",
         ])
+        .args(args)
         .env("KUBECONFIG", &kubeconfig)
-        .env("POD_NAMESPACE", LEASE_NS)
         .env("POD_NAME", "browser-controller-0")
+        .envs(env.iter().copied())
         .env_remove("RUST_LOG")
         .env_remove("LEADER_ELECTION_NAMESPACE")
         .spawn()
         .expect("binary starts");
+    (child, served, dir)
+}
+
+/// Sends `signal` (`-TERM`, `-STOP` …) to `child`.
+fn signal(child: &std::process::Child, signal: &str) {
+    let pid = child.id().to_string();
+    let sent = std::process::Command::new("kill")
+        .args([signal, &pid])
+        .status();
+    assert!(sent.unwrap().success(), "kill {signal} {pid}");
+}
+
+/// The exit status of `child`, which must exit within [`WAIT`].
+async fn exit_status(mut child: std::process::Child, what: &str) -> std::process::ExitStatus {
+    let status = tokio::task::spawn_blocking(move || {
+        let status = wait_exit(&mut child, WAIT);
+        kill(&mut child);
+        status
+    });
+    status.await.unwrap().unwrap_or_else(|| panic!("{what}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_binary_takes_the_lease_in_pod_namespace_and_releases_it_on_sigterm() {
+    let cluster = Cluster::new().await;
+    let env = [("POD_NAMESPACE", LEASE_NS)];
+    let (child, _served, _dir) = spawn_binary(&cluster, &["--enable-leader-election"], &env).await;
     cluster
         .until("the process to take the Lease", |c| c.holder().is_some())
         .await;
     let holder = cluster.holder().unwrap();
     assert!(holder.starts_with("browser-controller-0_"), "{holder}");
-    let pid = child.id().to_string();
-    let status = tokio::task::spawn_blocking(move || {
-        assert!(
-            std::process::Command::new("kill")
-                .args(["-TERM", &pid])
-                .status()
-                .unwrap()
-                .success()
-        );
-        child.wait().unwrap()
-    })
-    .await
-    .unwrap();
+    signal(&child, "-TERM");
+    let status = exit_status(child, "the process stops on SIGTERM").await;
     assert_eq!(status.code(), Some(0));
     assert_eq!(cluster.holder(), None, "the Lease was released");
 }
@@ -678,49 +698,16 @@ async fn the_binary_takes_the_lease_in_pod_namespace_and_releases_it_on_sigterm(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_frozen_past_its_renew_deadline_exits_and_frees_the_lease() {
     let cluster = Cluster::new().await;
-    let served = cluster.server.serve().await.unwrap();
-    let dir = TempDir::new("leader-frozen");
-    let kubeconfig = dir.join("kubeconfig");
-    served.write_kubeconfig(&kubeconfig).unwrap();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_browser-controller"))
-        .args([
-            "--metrics-addr=0",
-            "--health-probe-bind-address=0",
-            "--log-level=off",
-        ])
-        .args(ELECTION)
-        .env("KUBECONFIG", &kubeconfig)
-        .env("POD_NAME", "browser-controller-0")
-        .env_remove("RUST_LOG")
-        .spawn()
-        .expect("binary starts");
+    let (child, _served, _dir) = spawn_binary(&cluster, &ELECTION, &[]).await;
     // Reconciling: it leads, past taking the Lease.
     cluster.create_browser("s1").await;
     cluster.until_running("s1").await;
     // Frozen (a CPU-starved or paused container) past the renew deadline (2s), not past the
     // lease duration (3s): as it thaws it may renew the Lease before it sees its hold is gone.
-    let pid = child.id().to_string();
-    let signal = |name: &str| {
-        let status = std::process::Command::new("kill")
-            .args([name, &pid])
-            .status()
-            .unwrap();
-        assert!(status.success(), "kill {name}");
-    };
-    signal("-STOP");
+    signal(&child, "-STOP");
     tokio::time::sleep(Duration::from_millis(2500)).await;
-    signal("-CONT");
-    let deadline = Instant::now() + WAIT;
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("the leader frozen past its renew deadline did not give up its hold");
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    signal(&child, "-CONT");
+    let status = exit_status(child, "the frozen leader gives up its hold").await;
     assert_eq!(status.code(), Some(1), "exits on the lost Lease");
     // Free at once, not left to expire: a standby need not wait out the lease duration.
     assert_eq!(cluster.holder(), None, "the Lease was released");
