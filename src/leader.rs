@@ -308,9 +308,10 @@ impl Election {
         if let Err(lost) = held {
             // A leader frozen past its renew deadline may renew the Lease as it thaws, before
             // it sees its hold is gone: freed, it does not keep a standby waiting for the whole
-            // lease duration.
-            let _ =
-                tokio::time::timeout(self.timing.retry_period, self.release_if_held(client)).await;
+            // lease duration. Tried for half the gap between the renew deadline and the lease
+            // duration at most, the gap that keeps two leaders apart.
+            let gap = self.timing.lease_duration - self.timing.renew_deadline;
+            let _ = tokio::time::timeout(gap / 2, self.release_if_held(client)).await;
             return Err(lost.into());
         }
         match tokio::time::timeout(self.timing.renew_deadline, manager.release()).await {
