@@ -247,7 +247,7 @@ impl Collector for CacheGauges {
     }
 }
 
-fn namespace_labels(ns: &str) -> [(&'static str, &str); 1] {
+fn namespace_labels(ns: &str) -> super::Label<&str> {
     [("namespace", ns)]
 }
 
