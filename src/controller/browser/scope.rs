@@ -263,12 +263,8 @@ impl Scope {
     fn on_quota(&self, item: &Result<watcher::Event<DynamicObject>, watcher::Error>) {
         let work = match item {
             Ok(watcher::Event::Apply(quota) | watcher::Event::Delete(quota)) => {
-                let index = self.index();
-                let first = quota.namespace().and_then(|ns| index.first_in_line(&ns));
-                Work {
-                    keys: first.into_iter().collect(),
-                    everything: false,
-                }
+                let Some(ns) = quota.namespace() else { return };
+                self.index().quota_changed(&ns)
             }
             Ok(watcher::Event::InitDone) => self.index().quotas_listed(),
             _ => return,
@@ -296,15 +292,16 @@ impl Scope {
         }
     }
 
-    /// A reconcile of `key` begins: what it decides on (`quotas`: whether its namespace has
-    /// ResourceQuotas).
-    pub fn begin(&self, key: &Key, quotas: bool) -> Begun {
+    /// A reconcile of `key` begins: what it decides on, and its namespace's ResourceQuotas.
+    pub fn begin(&self, key: &Key) -> (Begun, Vec<serde_json::Value>) {
         // The caches are read under the index's lock: an event reaches its cache before the
         // index, so a copy read before the lock may be older than an echo the index has just
-        // taken as the cache catching up (a repeated write would follow).
+        // taken as the cache catching up (a repeated write would follow), or than a quota
+        // change the index counted as seen by this reconcile.
         let mut index = self.index();
-        let (browser, pod) = (self.browser(key), self.pod(key));
-        index.begin(key, browser.as_deref(), pod.as_deref(), quotas)
+        let (browser, pod, quotas) = (self.browser(key), self.pod(key), self.quotas(&key.0));
+        let begun = index.begin(key, browser.as_deref(), pod.as_deref(), !quotas.is_empty());
+        (begun, quotas)
     }
 
     /// The reconcile of `key` ended with `done`: what its answers taught goes to the index,
@@ -323,7 +320,7 @@ impl Scope {
     }
 
     /// The ResourceQuotas of namespace `ns`, as JSON.
-    pub fn quotas(&self, ns: &str) -> Vec<serde_json::Value> {
+    fn quotas(&self, ns: &str) -> Vec<serde_json::Value> {
         let quotas = self.quotas.state().into_iter();
         quotas
             .filter(|q| q.metadata.namespace.as_deref() == Some(ns))

@@ -200,8 +200,7 @@ pub async fn work(shared: Arc<Shared>, scopes: Arc<[Arc<Scope>]>) {
 async fn reconcile(scope: &Scope, key: &Key) -> Option<Duration> {
     let shared = &scope.shared;
     let _guard = shared.metrics.reconcile_started();
-    let quotas = scope.quotas(&key.0);
-    let begun = scope.begin(key, !quotas.is_empty());
+    let (begun, quotas) = scope.begin(key);
     let done = run(scope, key, &begun, &quotas).await;
     scope.end(key, &done);
     observe(shared, key, &done, begun.browser.as_deref());

@@ -84,6 +84,8 @@ struct Flight {
     /// reconcile ends, after what its answers taught: a Browser admitted leaves its line only
     /// once its owner counts as served, or the next slot could go to the same owner.
     standing: Option<Option<Standing>>,
+    /// The namespace's ResourceQuota changes seen when it began.
+    quota_changes: u64,
 }
 
 /// What a reconcile begins from.
@@ -117,6 +119,8 @@ pub struct Index {
     lines: Lines,
     flights: HashMap<Key, Flight>,
     refusals: HashMap<Key, u32>,
+    /// ResourceQuota changes seen, by namespace.
+    quota_changes: HashMap<String, u64>,
     /// Caches whose first list is not in yet.
     unlisted: Vec<Cache>,
 }
@@ -130,6 +134,7 @@ impl Index {
             lines: Lines::default(),
             flights: HashMap::new(),
             refusals: HashMap::new(),
+            quota_changes: HashMap::new(),
             unlisted: vec![
                 Cache::Browsers,
                 Cache::Pods,
@@ -305,14 +310,17 @@ impl Index {
         }
     }
 
-    /// The first Browser of a namespace's line (a ResourceQuota of it changed).
-    pub fn first_in_line(&self, ns: &str) -> Option<Key> {
-        self.lines.first(ns)
+    /// A ResourceQuota of namespace `ns` changed: the first of its line looks again.
+    pub fn quota_changed(&mut self, ns: &str) -> Work {
+        *self.quota_changes.entry(ns.to_string()).or_default() += 1;
+        Work {
+            keys: self.lines.first(ns).into_iter().collect(),
+            everything: false,
+        }
     }
 
-    /// The first of every line (the ResourceQuotas were listed again).
-    pub fn firsts_in_line(&self) -> Vec<Key> {
-        self.lines.firsts()
+    fn quota_changes(&self, ns: &str) -> u64 {
+        self.quota_changes.get(ns).copied().unwrap_or(0)
     }
 
     /// A reconcile of `key` begins from the Browser and pod the caches hold: what it decides
@@ -336,6 +344,7 @@ impl Index {
                 seen: Vec::new(),
                 relisted: [false; 2],
                 standing: None,
+                quota_changes: self.quota_changes(&key.0),
             },
         );
         let browser = match (self.browsers.pick(key, cached_browser), browser) {
@@ -405,6 +414,11 @@ impl Index {
         };
         if let Some(stand) = stand {
             work.keys.extend(self.lines.note(key, stand));
+        }
+        // It waits now, and a quota changed meanwhile: that change woke the line as it stood
+        // then, without this Browser, which decided on the quotas it had read before.
+        if self.lines.waits(key) && self.quota_changes(&key.0) != flight.quota_changes {
+            work.keys.extend(self.lines.first(&key.0));
         }
         match &done.next {
             Next::Retry(Trouble::Refused { .. }) => {
@@ -713,7 +727,7 @@ mod tests {
         first["metadata"]["creationTimestamp"] = json!("2026-11-28T09:00:00Z");
         let first: CachedBrowser = serde_json::from_value(first).unwrap();
         index.browser(Event::Applied(&first));
-        assert_eq!(index.first_in_line("ns"), Some(key("a")));
+        assert_eq!(keys(index.quota_changed("ns")), ["a"]);
         // b is put in line by its own status write: a is woken, b counts behind it.
         let k = key("b");
         index.begin(&k, Some(&browser("b", "1", json!({}))), None, true);
@@ -729,8 +743,9 @@ mod tests {
         let admitted = browser("a", "2", json!({"phase": "Pending"}));
         let work = index.browser(Event::Applied(&admitted));
         assert_eq!(keys(work), ["b", "a"]);
-        assert_eq!(index.firsts_in_line(), [key("b")]);
+        assert_eq!(keys(index.quotas_listed()), ["b"]);
     }
+
     #[test]
     fn an_admitted_browser_leaves_its_line_when_its_reconcile_ends_after_its_owner_is_served() {
         // Only a pod the reconcile created serves its owner now; one it read is as old as
@@ -756,7 +771,7 @@ mod tests {
             };
             index.pod(Event::Applied(&served("a-old", "A")));
             index.pod(Event::Applied(&served("b-old", "B")));
-            assert_eq!(index.first_in_line("ns"), Some(key("a0")));
+            assert_eq!(keys(index.quota_changed("ns")), ["a0"]);
             let k = key("a0");
             index.begin(&k, Some(&of("a0", "A", "1", queued.clone())), None, true);
             // Its admission seen by the watch while the reconcile still runs: nobody is woken
@@ -781,7 +796,35 @@ mod tests {
                 [woken],
                 "created: {created_pod}"
             );
-            assert_eq!(index.first_in_line("ns"), Some(key(woken)));
+            assert_eq!(keys(index.quota_changed("ns")), [woken]);
+        }
+    }
+
+    #[test]
+    fn a_browser_that_joins_the_line_while_a_quota_changes_looks_again() {
+        let queued = json!({"phase": "Pending", "reason": "Queued", "conditions": [
+            {"type": "Ready", "status": "False", "reason": "Queued",
+             "lastTransitionTime": "2026-11-28T10:00:01Z"}]});
+        for (quota_changed, woken) in [(true, vec!["b"]), (false, vec![])] {
+            let mut index = ready();
+            let k = key("b");
+            let arriving = browser("b", "1", json!({}));
+            index.browser(Event::Applied(&arriving));
+            // It decides on the quotas it read: full. A slot frees while it writes `Queued`;
+            // nobody waits yet to be woken.
+            index.begin(&k, Some(&arriving), None, true);
+            if quota_changed {
+                assert_eq!(index.quota_changed("ns"), Work::default());
+            }
+            let done = Done {
+                browser: vec![answer("b", "2", queued.clone())],
+                ..Done::default()
+            };
+            assert_eq!(
+                keys(index.end(&k, &done)),
+                woken,
+                "quota changed: {quota_changed}"
+            );
         }
     }
 }
