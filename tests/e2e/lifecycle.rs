@@ -12,7 +12,7 @@ use browser_controller::api::keys;
 
 use crate::support::kinds::pod_resource;
 use crate::support::kubelet::{Deletion, Script};
-use crate::{Ctx, Kind, poll};
+use crate::{Ctx, Kind, WAIT, poll};
 
 fn is_failed_with(status: &Value, reason: &str) -> bool {
     status["phase"] == "Failed" && status["reason"] == reason
@@ -230,13 +230,16 @@ pub(crate) async fn succeeded_pod_makes_a_succeeded_browser(cx: Arc<Ctx>) {
     cx.kubelet().set("done", Script::Succeed);
     cx.create_browser("done", json!({})).await;
     cx.until_gone("done").await;
-    assert!(
-        cx.seen_statuses("done")
-            .iter()
-            .any(|s| s["phase"] == "Succeeded"),
-        "{:#?}",
-        cx.seen_statuses("done")
-    );
+    // The list may show it gone before the recorded watch has seen it at all.
+    poll(WAIT, Duration::from_millis(20), || async {
+        let seen = cx.seen_statuses("done");
+        if seen.iter().any(|s| s["phase"] == "Succeeded") {
+            Ok(())
+        } else {
+            Err(format!("done seen Succeeded; seen: {seen:#?}"))
+        }
+    })
+    .await;
 }
 
 pub(crate) async fn external_delete_removes_the_pod_then_the_finalizer(cx: Arc<Ctx>) {

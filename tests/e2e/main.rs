@@ -895,9 +895,23 @@ impl Ctx {
             .await
     }
 
+    /// Waits until the Browser `name` and its pod are gone, as a list shows it and as the
+    /// recorded watches saw it (a list may be ahead of the watch: what a scenario reads of the
+    /// history next is then complete).
     async fn until_gone(&self, name: &str) {
         self.until(&format!("{name} and its pod to be gone"), |s| {
             s.browser(name).is_none() && s.pod(name).is_none()
+        })
+        .await;
+        poll(WAIT, Duration::from_millis(20), || async {
+            for kind in ["Browser", "Pod"] {
+                if self.history(kind, name).last().is_some_and(|s| !s.deleted) {
+                    return Err(format!(
+                        "the recorded watch to see the {kind} {name} deleted"
+                    ));
+                }
+            }
+            Ok(())
         })
         .await;
     }
