@@ -128,8 +128,14 @@ fn main() -> ExitCode {
 
 /// Minutes and seconds since the start.
 fn clock(t0: Instant, at: Instant) -> String {
-    let s = at.saturating_duration_since(t0).as_secs_f64();
-    format!("{:>2}:{:04.1}", (s / 60.0) as u64, s % 60.0)
+    // Rounded to tenths first, so that 59.96 s reads 1:00.0, not 0:60.0.
+    let tenths = (at.saturating_duration_since(t0).as_millis() + 50) / 100;
+    format!(
+        "{:>2}:{:02}.{}",
+        tenths / 600,
+        tenths % 600 / 10,
+        tenths % 10
+    )
 }
 
 /// Runs the soak; `Ok(true)` when every invariant held.
@@ -156,6 +162,8 @@ async fn soak(args: &Args, seed: u64) -> Result<bool, SoakError> {
     let mut load_rng = XorShiftRng::seed_from_u64(seed ^ 0x5eed_10ad);
     let kinds = faults::available(&system);
     let done = std::sync::Mutex::new(Vec::<faults::Done>::new());
+    // The fault under way: an interim check holds its deadlines too, as the final one does.
+    let ongoing = std::sync::Mutex::new(None::<Instant>);
 
     let load = load::run(&system, &mut load_rng, args.rate, until, counts.clone());
     let chaos = async {
@@ -167,6 +175,7 @@ async fn soak(args: &Args, seed: u64) -> Result<bool, SoakError> {
             let planned = faults::plan(&mut fault_rng, &kinds, args.smoke);
             let at = Instant::now();
             println!("{} fault: {} …", clock(t0, at), planned.kind.name());
+            *lock(&ongoing) = Some(at);
             let fault = faults::inject(&system, &planned).await?;
             println!(
                 "{} fault: {} over{}",
@@ -179,6 +188,7 @@ async fn soak(args: &Args, seed: u64) -> Result<bool, SoakError> {
                 }
             );
             lock(&done).push(fault);
+            *lock(&ongoing) = None;
         }
     };
     let watch = async {
@@ -187,7 +197,8 @@ async fn soak(args: &Args, seed: u64) -> Result<bool, SoakError> {
             system.supervise()?;
             system.sample().await;
             if Instant::now() >= next_check {
-                let spans = spans(&lock(&done));
+                let mut spans = spans(&lock(&done));
+                spans.extend(lock(&ongoing).map(|start| Span { start, end: None }));
                 let judged =
                     system.with_history(|h| invariants::judge(h, &spans, &bounds, Instant::now()));
                 println!(
