@@ -499,10 +499,7 @@ pub(crate) async fn a_browser_gets_one_pod_while_its_cache_lags_through_its_fail
     cx.server().hold_watches("browsers");
     cx.server().clear_faults();
     // Listed gone: the held watches, the recorder's too, have not told it yet.
-    cx.until("once and its pod to be gone", |s| {
-        s.browser("once").is_none() && s.pod("once").is_none()
-    })
-    .await;
+    cx.until_listed_gone("once").await;
     cx.api(&config_resource(cx.layout))
         .patch(
             "chrome",

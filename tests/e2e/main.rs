@@ -895,14 +895,19 @@ impl Ctx {
             .await
     }
 
-    /// Waits until the Browser `name` and its pod are gone, as a list shows it and as the
-    /// recorded watches saw it (a list may be ahead of the watch: what a scenario reads of the
-    /// history next is then complete).
-    async fn until_gone(&self, name: &str) {
+    /// Waits until a list shows neither the Browser `name` nor its pod.
+    async fn until_listed_gone(&self, name: &str) {
         self.until(&format!("{name} and its pod to be gone"), |s| {
             s.browser(name).is_none() && s.pod(name).is_none()
         })
         .await;
+    }
+
+    /// Waits until the Browser `name` and its pod are gone, as a list shows it and as the
+    /// recorded watches saw it (a list may be ahead of the watch: what a scenario reads of the
+    /// history next is then complete).
+    async fn until_gone(&self, name: &str) {
+        self.until_listed_gone(name).await;
         poll(WAIT, Duration::from_millis(20), || async {
             for kind in ["Browser", "Pod"] {
                 if self.history(kind, name).last().is_some_and(|s| !s.deleted) {

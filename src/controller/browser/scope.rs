@@ -298,10 +298,17 @@ impl Scope {
         // index, so a copy read before the lock may be older than an echo the index has just
         // taken as the cache catching up (a repeated write would follow), or than a quota
         // change the index counted as seen by this reconcile.
-        let mut index = self.index();
-        let (browser, pod, quotas) = (self.browser(key), self.pod(key), self.quotas(&key.0));
-        let begun = index.begin(key, browser.as_deref(), pod.as_deref(), !quotas.is_empty());
-        (begun, quotas)
+        let (begun, quotas) = {
+            let mut index = self.index();
+            let (browser, pod, quotas) = (self.browser(key), self.pod(key), self.quotas(&key.0));
+            let begun = index.begin(key, browser.as_deref(), pod.as_deref(), !quotas.is_empty());
+            (begun, quotas)
+        };
+        // Turned into JSON once the lock is let go.
+        let quotas = quotas
+            .iter()
+            .filter_map(|q| serde_json::to_value(q.as_ref()).ok());
+        (begun, quotas.collect())
     }
 
     /// The reconcile of `key` ended with `done`: what its answers taught goes to the index,
@@ -319,12 +326,11 @@ impl Scope {
             .collect()
     }
 
-    /// The ResourceQuotas of namespace `ns`, as JSON.
-    fn quotas(&self, ns: &str) -> Vec<serde_json::Value> {
+    /// The ResourceQuotas of namespace `ns`.
+    fn quotas(&self, ns: &str) -> Vec<Arc<DynamicObject>> {
         let quotas = self.quotas.state().into_iter();
         quotas
             .filter(|q| q.metadata.namespace.as_deref() == Some(ns))
-            .filter_map(|q| serde_json::to_value(q.as_ref()).ok())
             .collect()
     }
 }

@@ -220,13 +220,13 @@ impl Lines {
         }
     }
 
-    /// The first of every line (after a relist of the ResourceQuotas, which may have missed
-    /// a change that made room).
     /// Whether the Browser `key` waits in its line.
     pub fn waits(&self, key: &Key) -> bool {
         matches!(self.live.places.get(key), Some(Standing::Waiting { .. }))
     }
 
+    /// The first of every line (after a relist of the ResourceQuotas, which may have missed
+    /// a change that made room).
     pub fn firsts(&self) -> Vec<Key> {
         let namespaces = self.live.waiting.keys();
         namespaces.filter_map(|ns| self.first(ns)).collect()
